@@ -1,0 +1,1 @@
+"""Pure math on counts and timings: acceptance, expected tokens per step, throughput."""

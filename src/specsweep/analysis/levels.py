@@ -1,0 +1,126 @@
+"""One measured concurrency level, summarized: client-side rates and latencies, server counters.
+
+Aggregate output tok/s is client-side and wall clock: the exact completion tokens (from
+``usage``) of every successful request, over the time from the first request sent to the last
+stream closed. The server's own generation throughput over the same window is reported beside
+it, with their ratio: the server's runs higher because it leaves out TTFT and scheduling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsweep.analysis.counters import AcceptanceSummary, CounterDelta, summarize_acceptance
+from specsweep.types import RequestRecord
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Spread:
+    """Distribution of one quantity over requests."""
+
+    p50: float
+    p95: float
+    min: float
+    max: float
+    mean: float
+    n: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LevelSummary:
+    """Everything measured at one concurrency level."""
+
+    concurrency: int
+    requests: int
+    errors: int
+    error_reasons: dict[str, int]
+    stopped_early: int
+    wall_s: float
+    output_tokens: int
+    output_tokens_per_s: float | None
+    decode_tokens_per_s_per_stream: Spread | None
+    ttft_s: Spread | None
+    prefill_tokens_per_s: Spread | None
+    tokens_per_chunk: float | None
+    chunks_per_request: float | None
+    server_generation_tokens_per_s: float | None
+    server_to_client_ratio: float | None
+    foreign_tokens: float | None  # server-counted tokens the tool's own requests do not explain
+    acceptance: AcceptanceSummary | None
+    client_draft_acceptance_rate: float | None  # llama.cpp timings summed over requests
+
+
+def spread(values: Sequence[float]) -> Spread | None:
+    """p50/p95/min/max/mean of a list (None when empty)."""
+    if not values:
+        return None
+    array = np.asarray(values, dtype=float)
+    return Spread(
+        p50=float(np.percentile(array, 50)),
+        p95=float(np.percentile(array, 95)),
+        min=float(array.min()),
+        max=float(array.max()),
+        mean=float(array.mean()),
+        n=len(values),
+    )
+
+
+def summarize_level(
+    records: Sequence[RequestRecord],
+    *,
+    concurrency: int,
+    wall_s: float,
+    delta: CounterDelta | None,
+) -> LevelSummary:
+    """Fold a level's request records and its counter delta into a LevelSummary."""
+    ok = [r for r in records if r.ok]
+    failed = [r for r in records if not r.ok]
+    reasons: dict[str, int] = {}
+    for record in failed:
+        key = (record.error or "unknown").split(":")[0]
+        reasons[key] = reasons.get(key, 0) + 1
+    output_tokens = sum(r.completion_tokens or 0 for r in ok)
+    decode = [v for r in ok if (v := r.decode_tokens_per_s) is not None]
+    ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
+    prefill = [r.prompt_tokens / r.ttft_s for r in ok if r.prompt_tokens and r.ttft_s is not None and r.ttft_s > 0]
+    chunks = sum(r.num_chunks for r in ok)
+    server_rate = None
+    ratio = None
+    foreign = None
+    acceptance = None
+    if delta is not None and delta.generation_tokens is not None and delta.window_s > 0:
+        server_rate = delta.generation_tokens / delta.window_s
+        # Every token the server generated for this tool, failed requests included, is at
+        # most what the requests asked for; growth beyond that came from someone else.
+        asked = sum((r.completion_tokens if r.ok else r.max_tokens) or 0 for r in records)
+        foreign = max(0.0, delta.generation_tokens - asked)
+    client_rate = output_tokens / wall_s if wall_s > 0 and ok else None
+    if server_rate is not None and client_rate:
+        ratio = server_rate / client_rate
+    if delta is not None:
+        acceptance = summarize_acceptance(delta)
+    drafted = sum(r.draft_n or 0 for r in ok)
+    accepted = sum(r.draft_n_accepted or 0 for r in ok)
+    return LevelSummary(
+        concurrency=concurrency,
+        requests=len(records),
+        errors=len(failed),
+        error_reasons=reasons,
+        stopped_early=sum(r.stopped_early for r in ok),
+        wall_s=wall_s,
+        output_tokens=output_tokens,
+        output_tokens_per_s=client_rate,
+        decode_tokens_per_s_per_stream=spread(decode),
+        ttft_s=spread(ttft),
+        prefill_tokens_per_s=spread(prefill),
+        tokens_per_chunk=output_tokens / chunks if chunks else None,
+        chunks_per_request=chunks / len(ok) if ok else None,
+        server_generation_tokens_per_s=server_rate,
+        server_to_client_ratio=ratio,
+        foreign_tokens=foreign,
+        acceptance=acceptance,
+        client_draft_acceptance_rate=accepted / drafted if drafted else None,
+    )

@@ -1,0 +1,107 @@
+"""``specsweep emulate``: a vLLM-compatible server with speculative decoding and known truth."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import typer
+
+from specsweep.emulator.boot import EmulatorSettings, run_emulator
+from specsweep.emulator.model import compute_truth
+from specsweep.emulator.profile import DEFAULT_PROFILE, bundled_profile_names, load_profile
+from specsweep.engines.vllm import parse_speculative_config
+from specsweep.errors import ConfigError
+
+
+def parse_concurrency(text: str) -> list[int]:
+    """'1,4,16' -> [1, 4, 16]; each level a whole number >= 1."""
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"--concurrency must be whole numbers separated by commas, e.g. 1,4; got {text!r}.") from None
+    if not levels or any(level < 1 for level in levels):
+        raise ConfigError(f"--concurrency needs levels >= 1, e.g. 1,4; got {text!r}.")
+    return levels
+
+
+def emulate(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    speculative_config: str = typer.Option(
+        None, "--speculative-config", "-sc", help="vLLM's speculative config JSON; without it, no speculation."
+    ),
+    served_model_name: str = typer.Option(None, help="Model name clients must send (default: the profile's model)."),
+    profile: str = typer.Option(DEFAULT_PROFILE, help="Bundled profile name or path to a profile TOML file."),
+    time_scale: float = typer.Option(1.0, min=0.001, help="Run this many times faster than the modelled hardware."),
+    seed: int = typer.Option(0, help="Seed of the stochastic model."),
+    max_num_seqs: int = typer.Option(None, min=1, help="Most sequences per engine step (default: the profile's)."),
+    disable_log_stats: bool = typer.Option(
+        False, "--disable-log-stats", help="As vLLM: no engine metrics on /metrics, no stats lines."
+    ),
+    print_truth: bool = typer.Option(
+        False, "--print-truth", help="Print the model's ground truth as JSON and exit; no server."
+    ),
+    concurrency: str = typer.Option("1,4", help="With --print-truth: concurrency levels, e.g. 1,4,16."),
+    temperature: float = typer.Option(
+        None, min=0.0, max=2.0, help="With --print-truth: sampling temperature (default: the profile's reference)."
+    ),
+    list_profiles: bool = typer.Option(False, "--list-profiles", help="List the bundled profiles and exit."),
+    fail_boot_above_k: int = typer.Option(None, min=0, help="Fault: out of memory at boot when k exceeds this."),
+    hang_at_boot: bool = typer.Option(False, "--hang-at-boot", help="Fault: never become ready."),
+    crash_after_requests: int = typer.Option(None, min=0, help="Fault: the engine dies serving request N+1."),
+    drop_stream_every: int = typer.Option(None, min=1, help="Fault: cut every Nth stream mid-response."),
+    startup_seconds: float = typer.Option(None, min=0.0, help="Fault/slow start: modelled startup time in seconds."),
+) -> None:
+    """Serve a vLLM-compatible emulator of a speculative-decoding server (or print its truth).
+
+    Endpoints as vLLM: /v1/chat/completions, /v1/completions (streaming or not), /v1/models,
+    /health, /version, /metrics. Validates --speculative-config as vLLM does and exits non-zero
+    with the reason in its log when it is wrong. Profiles model a rig: see docs/emulator.md.
+    """
+    if list_profiles:
+        for name in bundled_profile_names():
+            loaded = load_profile(name)
+            typer.echo(f"{name:28s} {loaded.description}")
+        return
+    rig = load_profile(Path(profile) if profile.endswith(".toml") else profile)
+    rig = rig.with_faults(
+        boot_fail_above_k=fail_boot_above_k,
+        hang_at_boot=hang_at_boot,
+        crash_after_requests=crash_after_requests,
+        drop_stream_every=drop_stream_every,
+        startup_s=startup_seconds,
+    )
+    if max_num_seqs is not None:
+        rig = replace(rig, max_num_seqs=max_num_seqs)
+    spec = None
+    if speculative_config:
+        try:
+            spec = parse_speculative_config(speculative_config, target_tensor_parallel_size=rig.tensor_parallel_size)
+        except ConfigError as exc:
+            if print_truth:
+                raise
+            # vLLM fails at startup with the reason in its log: do the same.
+            typer.echo(f"ERROR specsweep-emulator: Invalid speculative config: {exc}")
+            raise typer.Exit(1) from None
+    if print_truth:
+        levels = parse_concurrency(concurrency)
+        temp = rig.reference_temperature if temperature is None else temperature
+        truth = compute_truth(rig, spec, temp, levels)
+        json.dump({name: asdict(value) for name, value in truth.items()}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    settings = EmulatorSettings(
+        host=host,
+        port=port,
+        profile=rig,
+        spec=spec,
+        spec_json=speculative_config,
+        served_model_name=served_model_name,
+        time_scale=time_scale,
+        seed=seed,
+        log_stats=not disable_log_stats,
+    )
+    raise typer.Exit(run_emulator(settings))

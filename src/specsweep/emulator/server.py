@@ -1,0 +1,320 @@
+"""The emulator's HTTP API: vLLM's OpenAI-compatible endpoints on aiohttp."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from specsweep.emulator.content import classify_content, count_tokens
+from specsweep.emulator.engine import Emission, Engine
+from specsweep.emulator.metrics import EngineCollector, render_metrics
+from specsweep.emulator.profile import Profile
+
+log = logging.getLogger("specsweep.emulator")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParsedRequest:
+    """The parts of an OpenAI request the emulator acts on."""
+
+    chat: bool
+    prompt_text: str
+    max_tokens: int
+    temperature: float
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+
+
+class ApiError(Exception):
+    """An error answered in vLLM's JSON error shape."""
+
+    def __init__(self, status: int, message: str, kind: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param = status, message, kind, param
+
+    def response(self) -> web.Response:
+        body = {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
+        return web.json_response(body, status=self.status)
+
+
+class EmulatorApi:
+    """Request handlers bound to one engine."""
+
+    def __init__(self, engine: Engine, profile: Profile, served_model_name: str, *, log_stats: bool) -> None:
+        self.engine = engine
+        self.profile = profile
+        self.model_name = served_model_name
+        self.log_stats = log_stats
+        self.created = int(time.time())
+        self.requests_started = 0
+        self.collector = EngineCollector(engine, served_model_name, self.kv_usage)
+
+    def kv_usage(self) -> float:
+        k = self.engine.spec.num_speculative_tokens if self.engine.spec else 0
+        pool = self.profile.kv_cache_tokens(k or 0)
+        used = sum(s.prompt_tokens + s.generated + (k or 0) for s in self.engine._running)
+        return min(1.0, used / pool) if pool else 0.0
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=32 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/metrics", self.metrics)
+        return app
+
+    # -- simple endpoints ------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": self.profile.version})
+
+    async def models(self, request: web.Request) -> web.Response:
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "vllm",
+            "root": self.model_name,
+            "parent": None,
+            "max_model_len": self.profile.max_model_len,
+        }
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        body = render_metrics(self.collector) if self.log_stats else b""
+        return web.Response(body=body, content_type="text/plain", charset="utf-8")
+
+    # -- completions -----------------------------------------------------------------------
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._complete(request, chat=False)
+
+    async def _complete(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        arrival = time.perf_counter()
+        try:
+            try:
+                body = await request.json()
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise ApiError(400, "Request body is not valid JSON.", "BadRequestError") from None
+            parsed = self.parse(body, chat=chat)
+        except ApiError as exc:
+            return exc.response()
+        self.requests_started += 1
+        number = self.requests_started
+        faults = self.profile.faults
+        crash = faults.crash_after_requests is not None and number > faults.crash_after_requests
+        drop = bool(faults.drop_stream_every) and number % faults.drop_stream_every == 0
+        prompt_tokens = count_tokens(parsed.prompt_text)
+        if prompt_tokens + parsed.max_tokens > self.profile.max_model_len:
+            return ApiError(
+                400,
+                f"This model's maximum context length is {self.profile.max_model_len} tokens. However, you "
+                f"requested {prompt_tokens + parsed.max_tokens} tokens ({prompt_tokens} in the messages, "
+                f"{parsed.max_tokens} in the completion).",
+                "BadRequestError",
+            ).response()
+        seq = self.engine.submit(
+            content_class=classify_content(parsed.prompt_text),
+            prompt_tokens=prompt_tokens,
+            max_tokens=parsed.max_tokens,
+            temperature=parsed.temperature,
+            arrival=arrival,
+        )
+        request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        try:
+            if not parsed.stream:
+                return await self._respond_whole(seq, parsed, request_id, prompt_tokens, crash)
+            return await self._respond_stream(request, seq, parsed, request_id, prompt_tokens, crash, drop)
+        finally:
+            self.engine.cancel(seq)
+
+    def parse(self, body: Any, *, chat: bool) -> ParsedRequest:
+        if not isinstance(body, dict):
+            raise ApiError(400, "Request body must be a JSON object.", "BadRequestError")
+        model = body.get("model", self.model_name)
+        if model != self.model_name:
+            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise ApiError(400, "'messages' must be a non-empty list.", "BadRequestError", "messages")
+            prompt_text = "".join(_message_text(m) for m in messages)
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+                prompt = prompt[0]
+            if not isinstance(prompt, str):
+                raise ApiError(400, "'prompt' must be a string.", "BadRequestError", "prompt")
+            prompt_text = prompt
+        if body.get("n", 1) != 1:
+            raise ApiError(400, "The emulator supports n = 1 only.", "BadRequestError", "n")
+        max_tokens = body.get("max_completion_tokens") if chat else None
+        if max_tokens is None:
+            max_tokens = body.get("max_tokens")
+        if max_tokens is None:
+            max_tokens = max(1, self.profile.max_model_len - count_tokens(prompt_text))
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ApiError(400, "max_tokens must be at least 1.", "BadRequestError", "max_tokens")
+        temperature = body.get("temperature", 1.0)
+        if temperature is None:
+            temperature = 1.0
+        if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
+            raise ApiError(400, "temperature must be a number in 0..2.", "BadRequestError", "temperature")
+        stream = bool(body.get("stream", False))
+        options = body.get("stream_options") or {}
+        if not isinstance(options, dict):
+            raise ApiError(400, "stream_options must be an object.", "BadRequestError", "stream_options")
+        if options and not stream:
+            raise ApiError(400, "Stream options can only be defined when `stream=True`.", "BadRequestError")
+        include_usage = bool(options.get("include_usage", False))
+        continuous = bool(options.get("continuous_usage_stats", False)) and include_usage
+        return ParsedRequest(
+            chat=chat,
+            prompt_text=prompt_text,
+            max_tokens=max_tokens,
+            temperature=float(temperature),
+            stream=stream,
+            include_usage=include_usage,
+            continuous_usage=continuous,
+        )
+
+    async def _respond_whole(
+        self, seq: Any, parsed: ParsedRequest, request_id: str, prompt_tokens: int, crash: bool
+    ) -> web.Response:
+        pieces: list[str] = []
+        finish: str | None = None
+        while finish is None:
+            emission: Emission = await seq.outbox.get()
+            if crash:
+                _die_like_vllm()
+            pieces.append(emission.text)
+            finish = emission.finish_reason
+        text = "".join(pieces)
+        usage = _usage(prompt_tokens, seq.generated)
+        if parsed.chat:
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "logprobs": None,
+                "finish_reason": finish,
+                "stop_reason": None,
+            }
+            kind = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+            kind = "text_completion"
+        body = {
+            "id": request_id,
+            "object": kind,
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [choice],
+            "usage": usage,
+        }
+        return web.json_response(body)
+
+    async def _respond_stream(
+        self,
+        request: web.Request,
+        seq: Any,
+        parsed: ParsedRequest,
+        request_id: str,
+        prompt_tokens: int,
+        crash: bool,
+        drop: bool,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await response.prepare(request)
+        head = _compact(
+            {
+                "id": request_id,
+                "object": "chat.completion.chunk" if parsed.chat else "text_completion",
+                "created": int(time.time()),
+                "model": self.model_name,
+            }
+        )[:-1]  # the shared fields, as an unclosed JSON object
+        emitted = 0
+        finish: str | None = None
+        while finish is None:
+            emission: Emission = await seq.outbox.get()
+            if crash:
+                _die_like_vllm()
+            finish = emission.finish_reason
+            if drop and seq.generated * 2 >= parsed.max_tokens:
+                log.warning("Dropping the connection of request %s mid-stream (fault injection).", request_id)
+                if request.transport is not None:
+                    request.transport.abort()
+                return response
+            parts: list[str] = []
+            if parsed.chat and emitted == 0:
+                parts.append(self._chunk(head, parsed, {"role": "assistant", "content": ""}, None, prompt_tokens, 0))
+            emitted += emission.num_tokens
+            delta: Any = {"content": emission.text} if parsed.chat else emission.text
+            parts.append(self._chunk(head, parsed, delta, finish, prompt_tokens, emitted))
+            await response.write("".join(parts).encode())
+        tail = ""
+        if parsed.include_usage:
+            tail = f'data: {head},"choices":[],"usage":{_compact(_usage(prompt_tokens, emitted))}}}\n\n'
+        await response.write((tail + "data: [DONE]\n\n").encode())
+        await response.write_eof()
+        return response
+
+    @staticmethod
+    def _chunk(head: str, parsed: ParsedRequest, delta: Any, finish: str | None, prompt: int, done: int) -> str:
+        finish_json = "null" if finish is None else f'"{finish}"'
+        if parsed.chat:
+            choice = f'{{"index":0,"delta":{_compact(delta)},"logprobs":null,"finish_reason":{finish_json}}}'
+        else:
+            choice = (
+                f'{{"index":0,"text":{_compact(delta)},"logprobs":null,'
+                f'"finish_reason":{finish_json},"stop_reason":null}}'
+            )
+        usage = f',"usage":{_compact(_usage(prompt, done))}' if parsed.continuous_usage else ""
+        return f'data: {head},"choices":[{choice}]{usage}}}\n\n'
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _message_text(message: Any) -> str:
+    if not isinstance(message, dict) or "role" not in message:
+        raise ApiError(400, "Each message needs a 'role' and 'content'.", "BadRequestError", "messages")
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    raise ApiError(400, "Message content must be a string or a list of parts.", "BadRequestError", "messages")
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
+
+
+def _die_like_vllm() -> None:
+    """The crash fault: the engine core dies and takes the API server with it."""
+    log.error("EngineCore encountered a fatal error (fault injection: crash after N requests).")
+    log.error("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace above.")
+    logging.shutdown()
+    os._exit(1)

@@ -1,0 +1,264 @@
+"""vLLM: the ``--speculative-config`` rules and the Prometheus metric names.
+
+Validation follows vLLM 0.33 (``../docs/engines.md`` lists the sources): unknown keys and
+illegal values are refused with the reason, as vLLM refuses them at startup.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from itertools import pairwise
+from typing import Any
+
+from specsweep.errors import ConfigError
+from specsweep.types import BatchSizeRange, SpeculativeConfig
+
+METHODS = (
+    "ngram",
+    "ngram_gpu",
+    "eagle",
+    "eagle3",
+    "mtp",
+    "draft_model",
+    "suffix",
+    "dflash",
+    "dspark",
+    "custom_class",
+)
+# Model-specific MTP names that vLLM accepts and rewrites to "mtp".
+MTP_ALIASES = (
+    "deepseek_mtp",
+    "qwen3_next_mtp",
+    "glm4_moe_mtp",
+    "ernie_mtp",
+    "mimo_mtp",
+    "longcat_flash_mtp",
+)
+REMOVED_METHODS = ("medusa", "mlp_speculator")
+METHODS_NEEDING_MODEL = ("draft_model", "eagle", "eagle3", "dflash")
+DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
+REJECTION_SAMPLE_METHODS = ("standard", "synthetic", "block", "fly")
+# Fields accepted and passed through without a rule of their own here.
+PASSTHROUGH_FIELDS = (
+    "quantization",
+    "max_model_len",
+    "revision",
+    "code_revision",
+    "disable_padded_drafter_batch",
+    "speculative_token_tree",
+    "parallel_drafting",
+    "suffix_decoding_max_tree_depth",
+    "suffix_decoding_max_cached_requests",
+    "suffix_decoding_max_spec_factor",
+    "suffix_decoding_min_token_prob",
+)
+FIELDS = (
+    "method",
+    "model",
+    "num_speculative_tokens",
+    "draft_sample_method",
+    "rejection_sample_method",
+    "synthetic_acceptance_rates",
+    "synthetic_acceptance_length",
+    "prompt_lookup_max",
+    "prompt_lookup_min",
+    "draft_tensor_parallel_size",
+    "num_speculative_tokens_per_batch_size",
+    *PASSTHROUGH_FIELDS,
+)
+
+# Prometheus names (counters without their ``_total`` suffix, as prometheus_client names them).
+SPEC_NUM_DRAFTS = "vllm:spec_decode_num_drafts"
+SPEC_NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+SPEC_NUM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+SPEC_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+GENERATION_TOKENS = "vllm:generation_tokens"
+PROMPT_TOKENS = "vllm:prompt_tokens"
+REQUEST_SUCCESS = "vllm:request_success"
+NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
+NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"
+KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+TTFT_SECONDS = "vllm:time_to_first_token_seconds"
+ITL_SECONDS = "vllm:inter_token_latency_seconds"
+E2E_SECONDS = "vllm:e2e_request_latency_seconds"
+
+# Bucket edges vLLM uses for its latency histograms.
+TTFT_BUCKETS_S = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+ITL_BUCKETS_S = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+E2E_BUCKETS_S = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+    120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
+
+def parse_speculative_config(text: str, *, target_tensor_parallel_size: int = 1) -> SpeculativeConfig:
+    """Parse and validate the JSON given to ``--speculative-config`` the way vLLM does."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--speculative-config is not valid JSON ({exc.msg} at char {exc.pos}).") from None
+    if not isinstance(raw, dict):
+        raise ConfigError("--speculative-config must be a JSON object, e.g. '{\"num_speculative_tokens\": 3}'.")
+    return validate_speculative_config(raw, target_tensor_parallel_size=target_tensor_parallel_size)
+
+
+def validate_speculative_config(raw: dict[str, Any], *, target_tensor_parallel_size: int = 1) -> SpeculativeConfig:
+    """Validate a speculative config given as a mapping; raise ConfigError naming the field."""
+    unknown = sorted(set(raw) - set(FIELDS))
+    if unknown:
+        raise ConfigError(
+            f"speculative_config has unknown field {unknown[0]!r}; valid fields are: " + ", ".join(FIELDS[:11]) + "."
+        )
+    method = raw.get("method")
+    if method is not None:
+        if not isinstance(method, str):
+            raise ConfigError("speculative_config.method must be a string.")
+        if method in REMOVED_METHODS:
+            raise ConfigError(f"speculative_config.method {method!r} was removed in vLLM 0.33.")
+        if method in MTP_ALIASES:
+            method = "mtp"
+        if method not in METHODS:
+            raise ConfigError(
+                f"speculative_config.method {method!r} is not supported; choose one of " + ", ".join(METHODS) + "."
+            )
+        if method in METHODS_NEEDING_MODEL and not raw.get("model"):
+            raise ConfigError(f"speculative_config.method {method!r} needs a draft 'model'.")
+
+    k = raw.get("num_speculative_tokens")
+    if k is not None and (not _is_int(k) or k <= 0):
+        raise ConfigError(f"speculative_config.num_speculative_tokens must be an integer > 0, got {k!r}.")
+    if k is None and method not in ("mtp", None):
+        raise ConfigError(f"speculative_config.num_speculative_tokens is required for method {method!r}.")
+    if k is None and method is None and not raw.get("model"):
+        raise ConfigError("speculative_config needs num_speculative_tokens (and usually a method).")
+
+    draft_sample = raw.get("draft_sample_method", "greedy")
+    if draft_sample not in DRAFT_SAMPLE_METHODS:
+        raise ConfigError(
+            f"speculative_config.draft_sample_method must be 'greedy' or 'probabilistic', got {draft_sample!r}."
+        )
+    rejection = raw.get("rejection_sample_method", "standard")
+    if rejection not in REJECTION_SAMPLE_METHODS:
+        raise ConfigError(
+            "speculative_config.rejection_sample_method must be one of "
+            + ", ".join(REJECTION_SAMPLE_METHODS)
+            + f", got {rejection!r}."
+        )
+    rates, length = _validate_synthetic(raw, rejection, k)
+    lookup_max, lookup_min = _validate_prompt_lookup(raw, method)
+
+    draft_tp = raw.get("draft_tensor_parallel_size")
+    if draft_tp is not None and (not _is_int(draft_tp) or draft_tp not in (1, target_tensor_parallel_size)):
+        raise ConfigError(
+            "speculative_config.draft_tensor_parallel_size must be 1 or the target's tensor "
+            f"parallel size ({target_tensor_parallel_size}), got {draft_tp!r}."
+        )
+    per_batch = _validate_per_batch_size(raw.get("num_speculative_tokens_per_batch_size"), k)
+
+    model = raw.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ConfigError("speculative_config.model must be a string (a path or model name).")
+    return SpeculativeConfig(
+        method=method,
+        model=model,
+        num_speculative_tokens=k,
+        draft_sample_method=draft_sample,
+        rejection_sample_method=rejection,
+        synthetic_acceptance_rates=rates,
+        synthetic_acceptance_length=length,
+        prompt_lookup_max=lookup_max,
+        prompt_lookup_min=lookup_min,
+        draft_tensor_parallel_size=draft_tp,
+        num_speculative_tokens_per_batch_size=per_batch,
+        extra={key: raw[key] for key in PASSTHROUGH_FIELDS if key in raw},
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _validate_synthetic(
+    raw: dict[str, Any], rejection: str, k: int | None
+) -> tuple[tuple[float, ...] | None, float | None]:
+    rates = raw.get("synthetic_acceptance_rates")
+    length = raw.get("synthetic_acceptance_length")
+    if rejection != "synthetic":
+        if rates is not None or length is not None:
+            raise ConfigError(
+                "speculative_config.synthetic_acceptance_rates/_length need rejection_sample_method 'synthetic'."
+            )
+        return None, None
+    if (rates is None) == (length is None):
+        raise ConfigError(
+            "rejection_sample_method 'synthetic' needs exactly one of "
+            "synthetic_acceptance_rates or synthetic_acceptance_length."
+        )
+    if rates is not None:
+        if not isinstance(rates, list) or not all(_is_number(r) for r in rates):
+            raise ConfigError("speculative_config.synthetic_acceptance_rates must be a list of numbers.")
+        if k is not None and len(rates) != k:
+            raise ConfigError(
+                f"speculative_config.synthetic_acceptance_rates must have num_speculative_tokens "
+                f"({k}) entries, got {len(rates)}."
+            )
+        if any(not 0.0 <= r <= 1.0 for r in rates):
+            raise ConfigError("speculative_config.synthetic_acceptance_rates must each be in 0..1.")
+        if any(b > a for a, b in pairwise(rates)):
+            raise ConfigError("speculative_config.synthetic_acceptance_rates must be non-increasing.")
+        return tuple(float(r) for r in rates), None
+    if not _is_number(length) or k is None or not 1.0 <= length <= k + 1:
+        raise ConfigError(f"speculative_config.synthetic_acceptance_length must be a number in 1..{(k or 0) + 1}.")
+    return None, float(length)
+
+
+def _validate_prompt_lookup(raw: dict[str, Any], method: str | None) -> tuple[int | None, int | None]:
+    lookup_max = raw.get("prompt_lookup_max")
+    lookup_min = raw.get("prompt_lookup_min")
+    if lookup_max is None and lookup_min is None:
+        return (5, 5) if method in ("ngram", "ngram_gpu") else (None, None)
+    if method not in ("ngram", "ngram_gpu"):
+        raise ConfigError("speculative_config.prompt_lookup_max/min apply only to method 'ngram'.")
+    lookup_max = lookup_min if lookup_max is None else lookup_max
+    lookup_min = lookup_max if lookup_min is None else lookup_min
+    if not (_is_int(lookup_max) and _is_int(lookup_min)) or lookup_min < 1:
+        raise ConfigError("speculative_config.prompt_lookup_max/min must be integers >= 1.")
+    if lookup_min > lookup_max:
+        raise ConfigError(
+            f"speculative_config.prompt_lookup_min ({lookup_min}) must be <= prompt_lookup_max ({lookup_max})."
+        )
+    return lookup_max, lookup_min
+
+
+def _validate_per_batch_size(value: Any, k: int | None) -> tuple[BatchSizeRange, ...] | None:
+    if value is None:
+        return None
+    where = "speculative_config.num_speculative_tokens_per_batch_size"
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{where} must be a non-empty list of [start_bs, end_bs, K] rows.")
+    rows: list[BatchSizeRange] = []
+    for row in value:
+        if not (isinstance(row, list) and len(row) == 3 and all(_is_int(x) for x in row)):
+            raise ConfigError(f"{where}: each row must be three integers [start_bs, end_bs, K], got {row!r}.")
+        start, end, row_k = row
+        if start < 1 or end < start:
+            raise ConfigError(f"{where}: row {row!r} needs 1 <= start_bs <= end_bs.")
+        if row_k < 0 or (k is not None and row_k > k):
+            raise ConfigError(f"{where}: row {row!r} needs 0 <= K <= num_speculative_tokens ({k}).")
+        rows.append(BatchSizeRange(start=start, end=end, num_speculative_tokens=row_k))
+    rows.sort(key=lambda r: r.start)
+    for before, after in pairwise(rows):
+        if after.start <= before.end:
+            raise ConfigError(f"{where}: ranges {before.start}-{before.end} and {after.start}-{after.end} overlap.")
+    return tuple(rows)

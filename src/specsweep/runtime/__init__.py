@@ -1,0 +1,1 @@
+"""I/O: processes, HTTP client, concurrency driver, metrics scraper, storage."""

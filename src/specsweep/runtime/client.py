@@ -1,0 +1,240 @@
+"""The streaming client: one OpenAI-compatible request, timed on the client, counted from usage.
+
+Token counts come from the server's ``usage`` (``stream_options.include_usage``), never from
+counting chunks: under speculative decoding one chunk carries several tokens. With
+``continuous_usage_stats`` the cumulative usage on every chunk also gives tokens per chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import httpx
+
+from specsweep.errors import ConfigError
+from specsweep.types import RequestRecord
+from specsweep.workload import WorkloadPrompt, new_nonce
+
+
+def api_key_from_env(variable: str | None) -> str | None:
+    """The bearer token from the named environment variable (never from a file or a flag)."""
+    if not variable:
+        return None
+    value = os.environ.get(variable)
+    if not value:
+        raise ConfigError(f"environment variable {variable} (named by --api-key-env) is not set or empty.")
+    return value
+
+
+class StreamingClient:
+    """Streams completions from one OpenAI-compatible endpoint."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str,
+        api: str = "chat",
+        api_key: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        timeout_s: float = 600.0,
+        continuous_usage: bool = True,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        if api not in ("chat", "completions"):
+            raise ConfigError(f"api must be 'chat' or 'completions', got {api!r}.")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.model = model
+        self.api = api
+        self.continuous_usage = continuous_usage
+        self.extra_body = dict(extra_body or {})
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            transport=transport,
+            timeout=httpx.Timeout(timeout_s, connect=10.0),
+            # Keep-alive saves a connection setup per request (about 1.5 ms here); servers
+            # that close after each stream (llama.cpp) are covered by the retry in stream().
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> StreamingClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def request_body(self, prompt: WorkloadPrompt, *, max_tokens: int, temperature: float) -> dict[str, Any]:
+        """The JSON body for one request, with a fresh nonce at the start of the prompt."""
+        nonce = new_nonce()
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": self.continuous_usage},
+        }
+        if self.api == "chat":
+            body["messages"] = prompt.chat_messages(nonce)
+        else:
+            body["prompt"] = prompt.completion_prompt(nonce)
+        body.update(self.extra_body)
+        return body
+
+    async def stream(self, prompt: WorkloadPrompt, *, max_tokens: int, temperature: float) -> RequestRecord:
+        """Send one streaming request and time it; failures come back as a record with ``error``.
+
+        A connection that drops before any byte of the response is retried once (llama.cpp
+        closes keep-alive connections after each stream).
+        """
+        body = self.request_body(prompt, max_tokens=max_tokens, temperature=temperature)
+        path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
+        record = await self._stream_once(path, body, prompt.id, max_tokens)
+        if record.error and record.error.startswith("connection:") and record.num_chunks == 0:
+            record = await self._stream_once(path, body, prompt.id, max_tokens)
+        return record
+
+    async def _stream_once(self, path: str, body: dict[str, Any], prompt_id: str, max_tokens: int) -> RequestRecord:
+        started = time.perf_counter()
+        tracker = _StreamTracker(started)
+        try:
+            async with self._http.stream("POST", path, json=body) as response:
+                if response.status_code != 200:
+                    text = (await response.aread()).decode("utf-8", "replace")
+                    return tracker.record(
+                        prompt_id, max_tokens, error=f"HTTP {response.status_code}: {_error_message(text)}"
+                    )
+                async for line in response.aiter_lines():
+                    if tracker.feed(line, time.perf_counter()):
+                        break
+        except httpx.TimeoutException as exc:
+            return tracker.record(prompt_id, max_tokens, error=f"timeout: {type(exc).__name__}")
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            return tracker.record(prompt_id, max_tokens, error=f"connection: {type(exc).__name__}: {exc}".rstrip(": "))
+        return tracker.record(prompt_id, max_tokens)
+
+
+class _StreamTracker:
+    """Folds SSE lines into a RequestRecord; cheap per chunk (one json.loads)."""
+
+    __slots__ = (
+        "chunk_tokens",
+        "done",
+        "draft_n",
+        "draft_n_accepted",
+        "error",
+        "finish_reason",
+        "first",
+        "last",
+        "num_chunks",
+        "prompt_tokens",
+        "started",
+        "usage_tokens",
+    )
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.first: float | None = None
+        self.last: float | None = None
+        self.num_chunks = 0
+        self.chunk_tokens: list[int] | None = []
+        self.usage_tokens: int | None = None
+        self.prompt_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.draft_n: int | None = None
+        self.draft_n_accepted: int | None = None
+        self.error: str | None = None
+        self.done = False
+
+    def feed(self, line: str, now: float) -> bool:
+        """Take one line of the event stream; True once the stream is complete."""
+        if not line.startswith("data:"):
+            return False
+        data = line[5:].strip()
+        if data == "[DONE]":
+            self.done = True
+            return True
+        try:
+            event = json.loads(data)
+        except json.JSONDecodeError:
+            self.error = f"malformed SSE event: {data[:80]!r}"
+            return True
+        if not isinstance(event, dict):
+            self.error = f"malformed SSE event: {data[:80]!r}"
+            return True
+        if "error" in event:
+            self.error = f"server error in stream: {_error_message(json.dumps(event))}"
+            return True
+        content = ""
+        for choice in event.get("choices") or ():
+            delta = choice.get("delta")
+            piece = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            if piece:
+                content += piece
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        usage = event.get("usage")
+        previous = self.usage_tokens
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.usage_tokens = usage["completion_tokens"]
+            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
+        if content:
+            self.num_chunks += 1
+            if self.first is None:
+                self.first = now
+            self.last = now
+            if self.chunk_tokens is not None:
+                if usage is not None and self.usage_tokens is not None:
+                    self.chunk_tokens.append(self.usage_tokens - (previous or 0))
+                else:
+                    self.chunk_tokens = None  # no cumulative usage: tokens per chunk unknown
+        timings = event.get("timings")
+        if isinstance(timings, dict):
+            self.draft_n = timings.get("draft_n", self.draft_n)
+            self.draft_n_accepted = timings.get("draft_n_accepted", self.draft_n_accepted)
+        return False
+
+    def record(self, prompt_id: str, max_tokens: int, *, error: str | None = None) -> RequestRecord:
+        error = error or self.error
+        if error is None and not self.done:
+            error = "stream ended before [DONE] (connection closed mid-response)"
+        if error is None and self.usage_tokens is None:
+            error = "no usage in the stream: the server ignored stream_options.include_usage"
+        end = time.perf_counter()
+        return RequestRecord(
+            prompt_id=prompt_id,
+            started_at=self.started,
+            max_tokens=max_tokens,
+            ttft_s=None if self.first is None else self.first - self.started,
+            last_token_s=None if self.last is None else self.last - self.started,
+            latency_s=end - self.started,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.usage_tokens if error is None else None,
+            num_chunks=self.num_chunks,
+            chunk_tokens=tuple(self.chunk_tokens) if self.chunk_tokens else None,
+            finish_reason=self.finish_reason,
+            draft_n=self.draft_n,
+            draft_n_accepted=self.draft_n_accepted,
+            error=error,
+        )
+
+
+def _error_message(text: str) -> str:
+    """The message of an OpenAI/vLLM error body, or the start of the text."""
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError:
+        return text.strip()[:200] or "(empty body)"
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and "message" in error:
+            return str(error["message"])[:200]
+        if "message" in body:
+            return str(body["message"])[:200]
+    return text.strip()[:200]

@@ -1,0 +1,112 @@
+"""The load driver: closed-loop concurrency levels (or an open-loop request rate) over a workload."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from specsweep.runtime.client import RequestRecord, StreamingClient
+from specsweep.workload import Workload, WorkloadPrompt
+
+ProgressCallback = Callable[[RequestRecord], None]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LevelRun:
+    """The measured requests of one level and its wall-clock window."""
+
+    concurrency: int
+    started_at: float
+    ended_at: float
+    records: tuple[RequestRecord, ...]
+
+    @property
+    def wall_s(self) -> float:
+        return self.ended_at - self.started_at
+
+
+class PromptCycle:
+    """Hands out a workload's prompts in a shuffled order, round after round."""
+
+    def __init__(self, workload: Workload, seed: int = 0) -> None:
+        self._rng = random.Random(seed)
+        self._prompts = list(workload.prompts)
+        self._iter: Iterator[WorkloadPrompt] = iter(())
+
+    def next(self) -> WorkloadPrompt:
+        try:
+            return next(self._iter)
+        except StopIteration:
+            order = self._prompts[:]
+            self._rng.shuffle(order)
+            self._iter = iter(order)
+            return next(self._iter)
+
+
+async def run_closed_loop(
+    client: StreamingClient,
+    prompts: PromptCycle,
+    *,
+    concurrency: int,
+    requests: int,
+    max_tokens: int,
+    temperature: float,
+    on_done: ProgressCallback | None = None,
+) -> LevelRun:
+    """Keep ``concurrency`` requests in flight until ``requests`` have been sent and answered."""
+    counter = itertools.count()
+    records: list[RequestRecord] = []
+
+    async def worker() -> None:
+        while next(counter) < requests:
+            record = await client.stream(prompts.next(), max_tokens=max_tokens, temperature=temperature)
+            records.append(record)
+            if on_done is not None:
+                on_done(record)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, requests))))
+    ended = time.perf_counter()
+    return LevelRun(concurrency=concurrency, started_at=started, ended_at=ended, records=tuple(records))
+
+
+async def run_open_loop(
+    client: StreamingClient,
+    prompts: PromptCycle,
+    *,
+    rate_per_s: float,
+    requests: int,
+    max_tokens: int,
+    temperature: float,
+    seed: int = 0,
+    on_done: ProgressCallback | None = None,
+) -> LevelRun:
+    """Send ``requests`` requests as a Poisson process at ``rate_per_s``, however many are in flight."""
+    rng = random.Random(seed)
+    records: list[RequestRecord] = []
+
+    async def one(prompt: WorkloadPrompt) -> None:
+        record = await client.stream(prompt, max_tokens=max_tokens, temperature=temperature)
+        records.append(record)
+        if on_done is not None:
+            on_done(record)
+
+    started = time.perf_counter()
+    tasks = []
+    next_at = started
+    for _ in range(requests):
+        delay = next_at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(prompts.next())))
+        next_at += rng.expovariate(rate_per_s)
+    await asyncio.gather(*tasks)
+    ended = time.perf_counter()
+    # Concurrency of an open loop is not fixed: report the mean number in flight.
+    busy = sum(r.latency_s or 0.0 for r in records)
+    mean_in_flight = max(1, round(busy / max(ended - started, 1e-9)))
+    return LevelRun(concurrency=mean_in_flight, started_at=started, ended_at=ended, records=tuple(records))

@@ -1,0 +1,149 @@
+"""Starting, waiting for and stopping server processes.
+
+A server runs from an argv list (no shell) in its own process group, with its output going to
+a log file. Readiness is polled over HTTP; a process that exits before it is ready ends the
+wait at once with the tail of its log as the reason. Stopping sends SIGTERM to the whole group,
+waits, then SIGKILLs what is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import httpx
+
+from specsweep.errors import LaunchError, ReadyTimeoutError, ServerCrashedError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def log_tail(path: Path, lines: int = 8) -> str:
+    """The last lines of a log file, joined with ' | ' (one line for an error message)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    return " | ".join(kept) or "(empty log)"
+
+
+class ServerProcess:
+    """One server process and its log."""
+
+    def __init__(self, argv: Sequence[str], *, log_path: Path, env: Mapping[str, str] | None = None) -> None:
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.env = dict(env) if env is not None else None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started_at: float | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def start(self) -> None:
+        """Start the process in a new process group (session), output to the log file."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **(self.env or {})}
+        with open(self.log_path, "ab") as log:
+            try:
+                self.process = subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise LaunchError(f"cannot start {self.argv[0]!r}: {exc.strerror or exc}.") from None
+        self.started_at = time.monotonic()
+
+    def exit_code(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def wait_ready(self, url: str, *, timeout_s: float, poll_s: float = 0.1) -> float:
+        """Poll ``url`` until it answers 200; return seconds since start.
+
+        Connection refused and 503 both mean "not yet" (vLLM refuses until ready; llama.cpp
+        and SGLang answer 503 while loading).
+        """
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=5.0) as http:
+            while True:
+                code = self.exit_code()
+                if code is not None:
+                    raise ServerCrashedError(
+                        f"the server exited with code {code} before it was ready: {log_tail(self.log_path)}"
+                    )
+                try:
+                    if http.get(url).status_code == 200:
+                        return time.monotonic() - (self.started_at or time.monotonic())
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() >= deadline:
+                    raise ReadyTimeoutError(
+                        f"the server was not ready after {timeout_s:.0f} s ({url}); raise the ready "
+                        f"timeout or check its log: {log_tail(self.log_path, 3)}"
+                    )
+                time.sleep(poll_s)
+
+    def stop(self, *, grace_s: float = 10.0) -> int | None:
+        """SIGTERM the process group, wait up to ``grace_s``, then SIGKILL; return the exit code."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            _signal_group(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10.0)
+        # Children that outlived their leader still belong to the group.
+        _signal_group(self.process.pid, signal.SIGKILL)
+        return self.process.returncode
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def emulator_argv(
+    *,
+    port: int,
+    host: str = "127.0.0.1",
+    speculative_config: str | None = None,
+    profile: str | None = None,
+    time_scale: float = 1.0,
+    seed: int = 0,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The argv that runs ``specsweep emulate`` with this Python."""
+    argv = [sys.executable, "-m", "specsweep", "emulate", "--host", host, "--port", str(port)]
+    if speculative_config is not None:
+        argv += ["--speculative-config", speculative_config]
+    if profile is not None:
+        argv += ["--profile", profile]
+    argv += ["--time-scale", repr(time_scale), "--seed", str(seed), *extra]
+    return argv

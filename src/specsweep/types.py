@@ -1,0 +1,124 @@
+"""Records that cross layers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchSizeRange:
+    """One row of vLLM's ``num_speculative_tokens_per_batch_size``: k for batch sizes start..end."""
+
+    start: int
+    end: int
+    num_speculative_tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeculativeConfig:
+    """A validated speculative-decoding configuration, in vLLM's vocabulary."""
+
+    method: str | None = None
+    model: str | None = None
+    num_speculative_tokens: int | None = None
+    draft_sample_method: str = "greedy"
+    rejection_sample_method: str = "standard"
+    synthetic_acceptance_rates: tuple[float, ...] | None = None
+    synthetic_acceptance_length: float | None = None
+    prompt_lookup_max: int | None = None
+    prompt_lookup_min: int | None = None
+    draft_tensor_parallel_size: int | None = None
+    num_speculative_tokens_per_batch_size: tuple[BatchSizeRange, ...] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def k_for_batch_size(self, batch_size: int) -> int:
+        """The draft length used when ``batch_size`` sequences decode together (0 = no drafting)."""
+        if self.num_speculative_tokens is None:
+            return 0
+        for row in self.num_speculative_tokens_per_batch_size or ():
+            if row.start <= batch_size <= row.end:
+                return row.num_speculative_tokens
+        return self.num_speculative_tokens
+
+    def to_json(self) -> str:
+        """The compact JSON that ``--speculative-config`` takes, keys in a stable order."""
+        out: dict[str, Any] = {}
+        for name in (f.name for f in fields(self)):
+            if name in ("extra", "num_speculative_tokens_per_batch_size"):
+                continue
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if name == "draft_sample_method" and value == "greedy":
+                continue
+            if name == "rejection_sample_method" and value == "standard":
+                continue
+            out[name] = list(value) if isinstance(value, tuple) else value
+        if self.num_speculative_tokens_per_batch_size:
+            out["num_speculative_tokens_per_batch_size"] = [
+                [r.start, r.end, r.num_speculative_tokens] for r in self.num_speculative_tokens_per_batch_size
+            ]
+        out.update(self.extra)
+        return json.dumps(out, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricsSnapshot:
+    """One scrape of a Prometheus endpoint: sample name -> [(labels, value)], and when."""
+
+    taken_at: float  # time.perf_counter() when the scrape finished
+    samples: dict[str, tuple[tuple[dict[str, str], float], ...]]
+
+    def values(self, name: str, **match: str) -> list[tuple[dict[str, str], float]]:
+        """Samples of ``name`` whose labels include ``match``."""
+        return [
+            (labels, value)
+            for labels, value in self.samples.get(name, ())
+            if all(labels.get(key) == wanted for key, wanted in match.items())
+        ]
+
+    def total(self, name: str, **match: str) -> float | None:
+        """Sum over every series of ``name`` (e.g. over vLLM engines); None if absent."""
+        found = self.values(name, **match)
+        return sum(value for _, value in found) if found else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRecord:
+    """What one streamed request did, timed on the client (seconds from its start)."""
+
+    prompt_id: str
+    started_at: float  # time.perf_counter() when the request was sent
+    max_tokens: int
+    ttft_s: float | None = None  # first chunk with content
+    last_token_s: float | None = None  # last chunk with content
+    latency_s: float | None = None  # end of the stream
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    num_chunks: int = 0  # chunks that carried content
+    chunk_tokens: tuple[int, ...] | None = None  # tokens per content chunk (continuous usage)
+    finish_reason: str | None = None
+    draft_n: int | None = None  # llama.cpp timings: drafted tokens
+    draft_n_accepted: int | None = None  # llama.cpp timings: accepted drafted tokens
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.completion_tokens is not None
+
+    @property
+    def stopped_early(self) -> bool:
+        """Finished before max_tokens (EOS or a stop string): flagged, it distorts rates."""
+        return self.ok and (self.completion_tokens or 0) < self.max_tokens
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens after the first, over the time from first to last token."""
+        if not self.ok or self.ttft_s is None or self.last_token_s is None:
+            return None
+        span = self.last_token_s - self.ttft_s
+        if span <= 0 or (self.completion_tokens or 0) < 2:
+            return None
+        return ((self.completion_tokens or 0) - 1) / span

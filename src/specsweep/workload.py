@@ -1,0 +1,155 @@
+"""Workloads: JSON Lines files of prompts, bundled (``prose``, ``technical``) or the user's own.
+
+One JSON object per line, either a plain prompt or OpenAI chat messages:
+
+    {"id": "prose-01", "subcategory": "story", "prompt": "Continue the story ..."}
+    {"id": "t-7", "messages": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."}]}
+
+``id`` and ``subcategory`` are optional. Blank lines and lines starting with ``//`` are skipped.
+Every request specsweep sends carries a fresh nonce at the very start of its first message, so
+a prefix cache can never serve a repeated prompt and fake a short time to first token.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import Counter
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from specsweep.errors import WorkloadError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadPrompt:
+    """One prompt of a workload."""
+
+    id: str
+    subcategory: str
+    prompt: str | None = None
+    messages: tuple[dict[str, Any], ...] | None = None
+
+    def text(self) -> str:
+        """All the prompt's text, as one string."""
+        if self.prompt is not None:
+            return self.prompt
+        return "\n".join(str(m.get("content", "")) for m in self.messages or ())
+
+    def chat_messages(self, nonce: str) -> list[dict[str, Any]]:
+        """Chat messages for a request, the nonce at the start of the first message."""
+        messages = (
+            [{"role": "user", "content": self.prompt}]
+            if self.prompt is not None
+            else [dict(m) for m in self.messages or ()]
+        )
+        first = messages[0]
+        first["content"] = f"[{nonce}] {first.get('content') or ''}"
+        return messages
+
+    def completion_prompt(self, nonce: str) -> str:
+        """A plain prompt for /v1/completions, the nonce first."""
+        return f"[{nonce}] {self.text()}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """A named list of prompts."""
+
+    name: str
+    source: str
+    prompts: tuple[WorkloadPrompt, ...]
+
+    def subcategories(self) -> Counter[str]:
+        return Counter(p.subcategory for p in self.prompts)
+
+
+def new_nonce() -> str:
+    """A short random tag that makes a request's prompt unique from its first token."""
+    return secrets.token_hex(6)
+
+
+def bundled_workload_names() -> list[str]:
+    """Names of the workloads shipped with specsweep."""
+    folder = resources.files("specsweep") / "workloads"
+    return sorted(p.name.removesuffix(".jsonl") for p in folder.iterdir() if p.name.endswith(".jsonl"))
+
+
+def load_workload(name_or_path: str | Path) -> Workload:
+    """A bundled workload by name (``prose``, ``technical``) or a JSONL file by path."""
+    text_name = str(name_or_path)
+    if text_name in bundled_workload_names():
+        resource = resources.files("specsweep") / "workloads" / f"{text_name}.jsonl"
+        return parse_workload(resource.read_text(encoding="utf-8"), name=text_name, source=f"bundled:{text_name}")
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise WorkloadError(
+            f"workload {text_name!r} is neither a bundled workload ("
+            + ", ".join(bundled_workload_names())
+            + ") nor a readable JSONL file."
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"workload {path}: cannot read it as UTF-8 text ({exc}).") from None
+    return parse_workload(text, name=path.stem, source=str(path))
+
+
+def parse_workload(text: str, *, name: str, source: str) -> Workload:
+    """Parse JSONL text into a Workload; errors name the line and what to fix."""
+    prompts: list[WorkloadPrompt] = []
+    seen: set[str] = set()
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("//"):
+            continue
+        where = f"workload {source} line {number}"
+        try:
+            record = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(f"{where}: not valid JSON ({exc.msg}); each line must be one JSON object.") from None
+        prompt = _parse_record(record, where, default_id=f"{name}-{number}")
+        if prompt.id in seen:
+            raise WorkloadError(f"{where}: id {prompt.id!r} is used twice; ids must be unique.")
+        seen.add(prompt.id)
+        prompts.append(prompt)
+    if not prompts:
+        raise WorkloadError(f"workload {source}: no prompts; add JSON lines with a 'prompt' or 'messages'.")
+    return Workload(name=name, source=source, prompts=tuple(prompts))
+
+
+def _parse_record(record: Any, where: str, *, default_id: str) -> WorkloadPrompt:
+    if not isinstance(record, dict):
+        raise WorkloadError(f"{where}: must be a JSON object with 'prompt' or 'messages'.")
+    unknown = sorted(set(record) - {"id", "subcategory", "prompt", "messages"})
+    if unknown:
+        raise WorkloadError(f"{where}: unknown key {unknown[0]!r}; use id, subcategory, prompt or messages.")
+    record_id = record.get("id", default_id)
+    subcategory = record.get("subcategory", "")
+    if not isinstance(record_id, str | int) or isinstance(record_id, bool):
+        raise WorkloadError(f"{where}: 'id' must be a string.")
+    if not isinstance(subcategory, str):
+        raise WorkloadError(f"{where}: 'subcategory' must be a string.")
+    has_prompt, has_messages = "prompt" in record, "messages" in record
+    if has_prompt == has_messages:
+        raise WorkloadError(f"{where}: give exactly one of 'prompt' (a string) or 'messages' (a list).")
+    if has_prompt:
+        prompt = record["prompt"]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise WorkloadError(f"{where}: 'prompt' must be a non-empty string.")
+        return WorkloadPrompt(id=str(record_id), subcategory=subcategory, prompt=prompt)
+    messages = record["messages"]
+    if not isinstance(messages, list) or not messages:
+        raise WorkloadError(f"{where}: 'messages' must be a non-empty list of {{role, content}} objects.")
+    for message in messages:
+        if (
+            not isinstance(message, dict)
+            or message.get("role") not in ("system", "user", "assistant", "developer")
+            or not isinstance(message.get("content"), str)
+        ):
+            raise WorkloadError(
+                f"{where}: each message needs a 'role' (system, user, assistant) and a string 'content'."
+            )
+    return WorkloadPrompt(id=str(record_id), subcategory=subcategory, messages=tuple(messages))

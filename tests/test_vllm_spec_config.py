@@ -1,0 +1,103 @@
+"""vLLM's --speculative-config rules, as the emulator and the tuner apply them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specsweep.engines.vllm import FIELDS, parse_speculative_config
+from specsweep.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("text", "expected_k", "expected_method"),
+    [
+        ('{"method":"dspark","num_speculative_tokens":5,"draft_sample_method":"probabilistic"}', 5, "dspark"),
+        ('{"num_speculative_tokens":3}', 3, None),
+        ('{"method":"deepseek_mtp","num_speculative_tokens":2}', 2, "mtp"),
+        ('{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3}', 4, "ngram"),
+        ('{"method":"mtp"}', None, "mtp"),
+    ],
+)
+def test_valid_configs_parse(text: str, expected_k: int | None, expected_method: str | None) -> None:
+    spec = parse_speculative_config(text)
+    assert spec.num_speculative_tokens == expected_k
+    assert spec.method == expected_method
+
+
+def test_prompt_lookup_mirrors_the_one_given() -> None:
+    spec = parse_speculative_config('{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3}')
+    assert (spec.prompt_lookup_max, spec.prompt_lookup_min) == (3, 3)
+    spec = parse_speculative_config('{"method":"ngram","num_speculative_tokens":4}')
+    assert (spec.prompt_lookup_max, spec.prompt_lookup_min) == (5, 5)
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"num_speculative_tokens":3,"draft_len":2}', "draft_len"),
+        ('{"num_speculative_tokens":0}', "num_speculative_tokens"),
+        ('{"num_speculative_tokens":true}', "num_speculative_tokens"),
+        ('{"num_speculative_tokens":2.5}', "num_speculative_tokens"),
+        ('{"method":"medusa","num_speculative_tokens":2}', "removed"),
+        ('{"method":"warp","num_speculative_tokens":2}', "method"),
+        ('{"method":"eagle3","num_speculative_tokens":2}', "model"),
+        ('{"method":"ngram"}', "num_speculative_tokens"),
+        ('{"num_speculative_tokens":2,"draft_sample_method":"gumbel"}', "draft_sample_method"),
+        ('{"num_speculative_tokens":2,"rejection_sample_method":"strict"}', "rejection_sample_method"),
+        ('{"num_speculative_tokens":2,"rejection_sample_method":"synthetic"}', "exactly one"),
+        (
+            '{"num_speculative_tokens":2,"rejection_sample_method":"synthetic","synthetic_acceptance_rates":[0.5]}',
+            "entries",
+        ),
+        (
+            '{"num_speculative_tokens":2,"rejection_sample_method":"synthetic","synthetic_acceptance_rates":[0.4,0.6]}',
+            "non-increasing",
+        ),
+        ('{"num_speculative_tokens":2,"synthetic_acceptance_length":2.0}', "synthetic"),
+        ('{"num_speculative_tokens":2,"prompt_lookup_max":3}', "ngram"),
+        ('{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":2,"prompt_lookup_min":3}', "<="),
+        ('{"num_speculative_tokens":2,"draft_tensor_parallel_size":3}', "draft_tensor_parallel_size"),
+        ('{"num_speculative_tokens":4,"num_speculative_tokens_per_batch_size":[[1,4,5]]}', "K <="),
+        ('{"num_speculative_tokens":4,"num_speculative_tokens_per_batch_size":[[1,4,3],[4,8,2]]}', "overlap"),
+    ],
+)
+def test_invalid_configs_name_the_problem(text: str, names: str) -> None:
+    with pytest.raises(ConfigError, match=names):
+        parse_speculative_config(text)
+
+
+def test_per_batch_size_table_picks_k_by_batch() -> None:
+    spec = parse_speculative_config(
+        '{"num_speculative_tokens":4,"num_speculative_tokens_per_batch_size":[[1,2,4],[3,8,2],[9,64,0]]}'
+    )
+    assert [spec.k_for_batch_size(b) for b in (1, 2, 3, 8, 9, 64, 65)] == [4, 4, 2, 2, 0, 0, 4]
+
+
+def test_round_trip_through_json() -> None:
+    text = '{"method":"dspark","num_speculative_tokens":5,"draft_sample_method":"probabilistic"}'
+    spec = parse_speculative_config(text)
+    assert json.loads(spec.to_json()) == json.loads(text)
+    assert parse_speculative_config(spec.to_json()) == spec
+
+
+_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 20), st.floats(allow_nan=True), st.text(max_size=8),
+    st.lists(st.integers(-1, 9), max_size=4), st.lists(st.lists(st.integers(-1, 9), max_size=4), max_size=3),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from([*FIELDS, "bogus"]), _values, max_size=6))
+def test_any_mapping_parses_or_raises_config_error(raw: dict) -> None:
+    try:
+        spec = parse_speculative_config(json.dumps(raw))
+    except ConfigError as exc:
+        assert str(exc)  # a message that says what is wrong
+    else:
+        assert spec.num_speculative_tokens is None or spec.num_speculative_tokens > 0
