@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -73,3 +74,42 @@ def print_truth(*args: str) -> dict:
         text=True,
     ).stdout
     return json.loads(out)
+
+
+@dataclass
+class RealEngines:
+    llama_server: str
+    target: str
+    draft: str
+
+
+def _real_engines() -> RealEngines | None:
+    """Paths of the engines scripts/setup-real-engines built, from the environment or its env file."""
+    names = ("SPECSWEEP_LLAMA_SERVER", "SPECSWEEP_GEMMA_TARGET", "SPECSWEEP_GEMMA_DRAFT")
+    values = {name: os.environ.get(name) for name in names}
+    env_file = Path(os.environ.get("SPECSWEEP_CACHE", Path.home() / ".cache" / "specsweep")) / "real-engines.env"
+    if not all(values.values()) and env_file.is_file():
+        for line in env_file.read_text().splitlines():
+            if line.startswith("export ") and "=" in line:
+                key, _, value = line[len("export ") :].partition("=")
+                if key in names:
+                    values[key] = value.strip('"')
+    if not all(values.values()) or not all(Path(v).exists() for v in values.values()):
+        return None
+    return RealEngines(
+        llama_server=values["SPECSWEEP_LLAMA_SERVER"],
+        target=values["SPECSWEEP_GEMMA_TARGET"],
+        draft=values["SPECSWEEP_GEMMA_DRAFT"],
+    )
+
+
+@pytest.fixture(scope="session")
+def real_engines() -> RealEngines:
+    """The real engines, or a skip (a failure when SPECSWEEP_REQUIRE_REAL_ENGINES=1, as in CI)."""
+    found = _real_engines()
+    if found is None:
+        message = "real engines not built: run scripts/setup-real-engines"
+        if os.environ.get("SPECSWEEP_REQUIRE_REAL_ENGINES") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found

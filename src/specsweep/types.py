@@ -102,6 +102,8 @@ class RequestRecord:
     finish_reason: str | None = None
     draft_n: int | None = None  # llama.cpp timings: drafted tokens
     draft_n_accepted: int | None = None  # llama.cpp timings: accepted drafted tokens
+    spec_verify_ct: int | None = None  # SGLang: verification steps of this request
+    response_id: str | None = None  # the server's id of the completion
     error: str | None = None
 
     @property
@@ -122,3 +124,15 @@ class RequestRecord:
         if span <= 0 or (self.completion_tokens or 0) < 2:
             return None
         return ((self.completion_tokens or 0) - 1) / span
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CounterNames:
+    """An engine's Prometheus sample names for the counters specsweep differences."""
+
+    generation_tokens: str
+    prompt_tokens: str
+    num_drafts: str | None = None
+    num_draft_tokens: str | None = None
+    num_accepted_tokens: str | None = None
+    accepted_per_position: str | None = None  # labelled by ``position`` ("0".."k-1")

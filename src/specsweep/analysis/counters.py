@@ -1,8 +1,8 @@
 """Differences of cumulative server counters over a measured window, and what they imply.
 
-vLLM's and llama.cpp's spec-decode counters have the same shape under different prefixes
-(``vllm:`` and ``llamacpp:``). Several vLLM engines (data parallel) each publish a series:
-they are summed.
+vLLM's and llama.cpp's spec-decode counters have the same shape under different names (the
+engine modules name them). Several vLLM engines (data parallel) each publish a series: they are
+summed.
 """
 
 from __future__ import annotations
@@ -10,16 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specsweep.analysis.acceptance import conditional_from_unconditional
-from specsweep.types import MetricsSnapshot
-
-PREFIXES = ("vllm:", "llamacpp:")
+from specsweep.types import CounterNames, MetricsSnapshot
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CounterDelta:
     """Counter growth between two snapshots (None: the server does not publish it)."""
 
-    prefix: str
     window_s: float
     generation_tokens: float | None
     prompt_tokens: float | None
@@ -41,24 +38,18 @@ class AcceptanceSummary:
     num_drafts: int
 
 
-def detect_prefix(snapshot: MetricsSnapshot) -> str | None:
-    """Which engine's metric names the snapshot uses, if any."""
-    for prefix in PREFIXES:
-        if any(name.startswith(prefix) for name in snapshot.samples):
-            return prefix
-    return None
-
-
-def counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, prefix: str) -> CounterDelta:
+def counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, names: CounterNames) -> CounterDelta:
     """after - before for the counters specsweep reads, summed over engines."""
 
-    def grow(name: str) -> float | None:
-        a, b = after.total(prefix + name), before.total(prefix + name)
+    def grow(name: str | None) -> float | None:
+        if name is None:
+            return None
+        a, b = after.total(name), before.total(name)
         if a is None:
             return None
         return a - (b or 0.0)
 
-    per_pos_name = prefix + "spec_decode_num_accepted_tokens_per_pos_total"
+    per_pos_name = names.accepted_per_position or ""
     positions: dict[int, float] = {}
     for labels, value in after.values(per_pos_name):
         positions[int(labels.get("position", "0"))] = positions.get(int(labels.get("position", "0")), 0.0) + value
@@ -66,15 +57,14 @@ def counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, prefix: str) 
         position = int(labels.get("position", "0"))
         positions[position] = positions.get(position, 0.0) - value
     per_position = tuple(positions[i] for i in sorted(positions)) if positions else None
-    engines = {labels.get("engine", "0") for labels, _ in after.values(prefix + "generation_tokens_total")}
+    engines = {labels.get("engine", "0") for labels, _ in after.values(names.generation_tokens)}
     return CounterDelta(
-        prefix=prefix,
         window_s=after.taken_at - before.taken_at,
-        generation_tokens=grow("generation_tokens_total"),
-        prompt_tokens=grow("prompt_tokens_total"),
-        num_drafts=grow("spec_decode_num_drafts_total"),
-        num_draft_tokens=grow("spec_decode_num_draft_tokens_total"),
-        num_accepted_tokens=grow("spec_decode_num_accepted_tokens_total"),
+        generation_tokens=grow(names.generation_tokens),
+        prompt_tokens=grow(names.prompt_tokens),
+        num_drafts=grow(names.num_drafts),
+        num_draft_tokens=grow(names.num_draft_tokens),
+        num_accepted_tokens=grow(names.num_accepted_tokens),
         accepted_per_position=per_position,
         engines=max(1, len(engines)),
     )

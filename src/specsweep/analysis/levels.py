@@ -30,6 +30,21 @@ class Spread:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ClientAcceptance:
+    """Acceptance from what each response carried, summed over requests (no per-position detail).
+
+    llama.cpp's ``timings`` give drafted and accepted tokens; SGLang's ``spec_verify_ct`` gives
+    verification steps, so tokens per step = completion tokens / steps.
+    """
+
+    drafted_tokens: int | None
+    accepted_tokens: int | None
+    draft_acceptance_rate: float | None
+    verify_steps: int | None
+    mean_acceptance_length: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LevelSummary:
     """Everything measured at one concurrency level."""
 
@@ -49,8 +64,9 @@ class LevelSummary:
     server_generation_tokens_per_s: float | None
     server_to_client_ratio: float | None
     foreign_tokens: float | None  # server-counted tokens the tool's own requests do not explain
-    acceptance: AcceptanceSummary | None
-    client_draft_acceptance_rate: float | None  # llama.cpp timings summed over requests
+    acceptance: AcceptanceSummary | None  # from server counters over the window
+    client_acceptance: ClientAcceptance | None  # from per-request fields (llama.cpp, SGLang)
+    gauge_accept_length: float | None  # SGLang's accept-length gauge after the level
 
 
 def spread(values: Sequence[float]) -> Spread | None:
@@ -74,6 +90,7 @@ def summarize_level(
     concurrency: int,
     wall_s: float,
     delta: CounterDelta | None,
+    gauge_accept_length: float | None = None,
 ) -> LevelSummary:
     """Fold a level's request records and its counter delta into a LevelSummary."""
     ok = [r for r in records if r.ok]
@@ -102,8 +119,6 @@ def summarize_level(
         ratio = server_rate / client_rate
     if delta is not None:
         acceptance = summarize_acceptance(delta)
-    drafted = sum(r.draft_n or 0 for r in ok)
-    accepted = sum(r.draft_n_accepted or 0 for r in ok)
     return LevelSummary(
         concurrency=concurrency,
         requests=len(records),
@@ -122,5 +137,24 @@ def summarize_level(
         server_to_client_ratio=ratio,
         foreign_tokens=foreign,
         acceptance=acceptance,
-        client_draft_acceptance_rate=accepted / drafted if drafted else None,
+        client_acceptance=client_acceptance(ok),
+        gauge_accept_length=gauge_accept_length,
+    )
+
+
+def client_acceptance(records: Sequence[RequestRecord]) -> ClientAcceptance | None:
+    """Acceptance from per-request fields; None when no request carried any."""
+    drafted = [r for r in records if r.draft_n is not None]
+    verified = [r for r in records if r.spec_verify_ct]
+    if not drafted and not verified:
+        return None
+    drafted_tokens = sum(r.draft_n or 0 for r in drafted) if drafted else None
+    accepted_tokens = sum(r.draft_n_accepted or 0 for r in drafted) if drafted else None
+    steps = sum(r.spec_verify_ct or 0 for r in verified) if verified else None
+    return ClientAcceptance(
+        drafted_tokens=drafted_tokens,
+        accepted_tokens=accepted_tokens,
+        draft_acceptance_rate=(accepted_tokens or 0) / drafted_tokens if drafted_tokens else None,
+        verify_steps=steps,
+        mean_acceptance_length=sum(r.completion_tokens or 0 for r in verified) / steps if steps else None,
     )

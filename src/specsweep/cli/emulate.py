@@ -9,22 +9,12 @@ from pathlib import Path
 
 import typer
 
+from specsweep.config import parse_concurrency
 from specsweep.emulator.boot import EmulatorSettings, run_emulator
 from specsweep.emulator.model import compute_truth
 from specsweep.emulator.profile import DEFAULT_PROFILE, bundled_profile_names, load_profile
 from specsweep.engines.vllm import parse_speculative_config
 from specsweep.errors import ConfigError
-
-
-def parse_concurrency(text: str) -> list[int]:
-    """'1,4,16' -> [1, 4, 16]; each level a whole number >= 1."""
-    try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ConfigError(f"--concurrency must be whole numbers separated by commas, e.g. 1,4; got {text!r}.") from None
-    if not levels or any(level < 1 for level in levels):
-        raise ConfigError(f"--concurrency needs levels >= 1, e.g. 1,4; got {text!r}.")
-    return levels
 
 
 def emulate(
@@ -48,6 +38,7 @@ def emulate(
     temperature: float = typer.Option(
         None, min=0.0, max=2.0, help="With --print-truth: sampling temperature (default: the profile's reference)."
     ),
+    trace: Path = typer.Option(None, help="Append each stream's chunk write times (JSON lines) to this file."),
     list_profiles: bool = typer.Option(False, "--list-profiles", help="List the bundled profiles and exit."),
     fail_boot_above_k: int = typer.Option(None, min=0, help="Fault: out of memory at boot when k exceeds this."),
     hang_at_boot: bool = typer.Option(False, "--hang-at-boot", help="Fault: never become ready."),
@@ -103,5 +94,6 @@ def emulate(
         time_scale=time_scale,
         seed=seed,
         log_stats=not disable_log_stats,
+        trace_path=str(trace) if trace else None,
     )
     raise typer.Exit(run_emulator(settings))

@@ -37,6 +37,7 @@ class EmulatorSettings:
     time_scale: float = 1.0
     seed: int = 0
     log_stats: bool = True
+    trace_path: str | None = None  # JSON lines: each stream's first and last chunk write times
 
 
 def configure_logging() -> None:
@@ -151,7 +152,8 @@ async def _serve(settings: EmulatorSettings) -> int:
         return 0
 
     engine = Engine(profile, spec, time_scale=scale, seed=settings.seed)
-    api = EmulatorApi(engine, profile, name, log_stats=settings.log_stats)
+    trace = open(settings.trace_path, "a", buffering=1, encoding="utf-8") if settings.trace_path else None  # noqa: SIM115
+    api = EmulatorApi(engine, profile, name, log_stats=settings.log_stats, trace=trace)
     runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True, backlog=1024)
@@ -175,6 +177,8 @@ async def _serve(settings: EmulatorSettings) -> int:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
     await runner.cleanup()
+    if trace is not None:
+        trace.close()
     log.info("Finished server process [%d]", os.getpid())
     return 0
 

@@ -8,7 +8,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 from aiohttp import web
 
@@ -48,8 +48,17 @@ class ApiError(Exception):
 class EmulatorApi:
     """Request handlers bound to one engine."""
 
-    def __init__(self, engine: Engine, profile: Profile, served_model_name: str, *, log_stats: bool) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        profile: Profile,
+        served_model_name: str,
+        *,
+        log_stats: bool,
+        trace: TextIO | None = None,
+    ) -> None:
         self.engine = engine
+        self.trace = trace
         self.profile = profile
         self.model_name = served_model_name
         self.log_stats = log_stats
@@ -248,6 +257,7 @@ class EmulatorApi:
             }
         )[:-1]  # the shared fields, as an unclosed JSON object
         emitted = 0
+        first_write: float | None = None
         finish: str | None = None
         while finish is None:
             emission: Emission = await seq.outbox.get()
@@ -266,11 +276,18 @@ class EmulatorApi:
             delta: Any = {"content": emission.text} if parsed.chat else emission.text
             parts.append(self._chunk(head, parsed, delta, finish, prompt_tokens, emitted))
             await response.write("".join(parts).encode())
+            if first_write is None:
+                first_write = time.perf_counter()
         tail = ""
         if parsed.include_usage:
             tail = f'data: {head},"choices":[],"usage":{_compact(_usage(prompt_tokens, emitted))}}}\n\n'
+        last_write = time.perf_counter()
         await response.write((tail + "data: [DONE]\n\n").encode())
         await response.write_eof()
+        if self.trace is not None:
+            # When each stream's first and last content chunk went out (CLOCK_MONOTONIC, the
+            # clock of time.perf_counter in every process on this machine).
+            self.trace.write(f'{{"id":"{request_id}","first_write":{first_write!r},"last_write":{last_write!r}}}\n')
         return response
 
     @staticmethod

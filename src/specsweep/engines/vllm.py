@@ -12,7 +12,7 @@ from itertools import pairwise
 from typing import Any
 
 from specsweep.errors import ConfigError
-from specsweep.types import BatchSizeRange, SpeculativeConfig
+from specsweep.types import BatchSizeRange, CounterNames, SpeculativeConfig
 
 METHODS = (
     "ngram",
@@ -82,6 +82,15 @@ KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 TTFT_SECONDS = "vllm:time_to_first_token_seconds"
 ITL_SECONDS = "vllm:inter_token_latency_seconds"
 E2E_SECONDS = "vllm:e2e_request_latency_seconds"
+
+COUNTERS = CounterNames(
+    generation_tokens=GENERATION_TOKENS + "_total",
+    prompt_tokens=PROMPT_TOKENS + "_total",
+    num_drafts=SPEC_NUM_DRAFTS + "_total",
+    num_draft_tokens=SPEC_NUM_DRAFT_TOKENS + "_total",
+    num_accepted_tokens=SPEC_NUM_ACCEPTED + "_total",
+    accepted_per_position=SPEC_ACCEPTED_PER_POS + "_total",
+)
 
 # Bucket edges vLLM uses for its latency histograms.
 TTFT_BUCKETS_S = (

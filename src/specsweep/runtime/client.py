@@ -134,6 +134,8 @@ class _StreamTracker:
         "last",
         "num_chunks",
         "prompt_tokens",
+        "response_id",
+        "spec_verify_ct",
         "started",
         "usage_tokens",
     )
@@ -150,6 +152,8 @@ class _StreamTracker:
         self.draft_n: int | None = None
         self.draft_n_accepted: int | None = None
         self.error: str | None = None
+        self.response_id: str | None = None
+        self.spec_verify_ct: int | None = None
         self.done = False
 
     def feed(self, line: str, now: float) -> bool:
@@ -172,18 +176,27 @@ class _StreamTracker:
             self.error = f"server error in stream: {_error_message(json.dumps(event))}"
             return True
         content = ""
-        for choice in event.get("choices") or ():
+        choices = event.get("choices")
+        if choices is None:
+            choices = []
+        if not isinstance(choices, list):
+            self.error = f"malformed SSE event (choices is not a list): {data[:80]!r}"
+            return True
+        for choice in choices:
+            if not isinstance(choice, dict):
+                self.error = f"malformed SSE event (a choice is not an object): {data[:80]!r}"
+                return True
             delta = choice.get("delta")
             piece = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-            if piece:
+            if isinstance(piece, str):
                 content += piece
-            if choice.get("finish_reason"):
+            if isinstance(choice.get("finish_reason"), str):
                 self.finish_reason = choice["finish_reason"]
         usage = event.get("usage")
         previous = self.usage_tokens
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             self.usage_tokens = usage["completion_tokens"]
-            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
+            self.prompt_tokens = _int_or(usage.get("prompt_tokens"), self.prompt_tokens)
         if content:
             self.num_chunks += 1
             if self.first is None:
@@ -194,10 +207,15 @@ class _StreamTracker:
                     self.chunk_tokens.append(self.usage_tokens - (previous or 0))
                 else:
                     self.chunk_tokens = None  # no cumulative usage: tokens per chunk unknown
+        if self.response_id is None and isinstance(event.get("id"), str):
+            self.response_id = event["id"]
         timings = event.get("timings")
         if isinstance(timings, dict):
-            self.draft_n = timings.get("draft_n", self.draft_n)
-            self.draft_n_accepted = timings.get("draft_n_accepted", self.draft_n_accepted)
+            self.draft_n = _int_or(timings.get("draft_n"), self.draft_n)
+            self.draft_n_accepted = _int_or(timings.get("draft_n_accepted"), self.draft_n_accepted)
+        extension = event.get("sglext")
+        if isinstance(extension, dict):
+            self.spec_verify_ct = _int_or(extension.get("spec_verify_ct"), self.spec_verify_ct)
         return False
 
     def record(self, prompt_id: str, max_tokens: int, *, error: str | None = None) -> RequestRecord:
@@ -221,8 +239,14 @@ class _StreamTracker:
             finish_reason=self.finish_reason,
             draft_n=self.draft_n,
             draft_n_accepted=self.draft_n_accepted,
+            spec_verify_ct=self.spec_verify_ct,
+            response_id=self.response_id,
             error=error,
         )
+
+
+def _int_or(value: object, default: int | None) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def _error_message(text: str) -> str:

@@ -9,8 +9,10 @@ from typing import Any
 
 import httpx
 
-from specsweep.analysis.counters import CounterDelta, counter_delta, detect_prefix
+from specsweep.analysis.counters import CounterDelta, counter_delta
 from specsweep.analysis.levels import LevelSummary, summarize_level
+from specsweep.engines import sglang
+from specsweep.engines.registry import EngineInfo, engine_from_metric_names, engine_info
 from specsweep.errors import MetricsError, RequestError
 from specsweep.runtime.client import StreamingClient
 from specsweep.runtime.driver import PromptCycle, run_closed_loop, run_open_loop
@@ -19,6 +21,7 @@ from specsweep.types import MetricsSnapshot, RequestRecord
 from specsweep.workload import Workload
 
 EventCallback = Callable[[str, dict[str, Any]], None]
+WARMUP_MAX_TOKENS = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,6 +30,7 @@ class MeasureSettings:
 
     endpoint: str
     model: str | None = None  # None: the first model /v1/models lists
+    engine: str | None = None  # None: detected from /metrics
     api: str = "chat"
     concurrency: tuple[int, ...] = (1, 4)
     requests: int = 32
@@ -34,7 +38,7 @@ class MeasureSettings:
     max_tokens: int = 600
     temperature: float = 0.0
     rate_per_s: float | None = None  # open loop instead of closed-loop levels
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     seed: int = 0
     timeout_s: float = 600.0
     extra_body: dict[str, Any] = field(default_factory=dict)
@@ -47,7 +51,7 @@ class LevelResult:
     summary: LevelSummary
     records: tuple[RequestRecord, ...]
     delta: CounterDelta | None
-    metrics_note: str | None  # why acceptance is missing, if it is
+    notes: tuple[str, ...]  # what the reader must know: missing metrics, foreign traffic, ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,23 +60,27 @@ class Measurement:
 
     endpoint: str
     model: str
+    engine: str | None
     workload: str
-    engine_prefix: str | None
+    settings: MeasureSettings
     levels: tuple[LevelResult, ...]
+    error: str | None = None  # why the measurement stopped early, if it did
 
 
 async def discover_model(http: httpx.AsyncClient) -> str:
     """The first served model name from /v1/models."""
     try:
         response = await http.get("/v1/models", timeout=30.0)
-        data = response.json()["data"]
-        return str(data[0]["id"])
     except httpx.HTTPError as exc:
         raise RequestError(
-            f"cannot reach {http.base_url}/v1/models ({type(exc).__name__}); is the server up?"
+            f"cannot reach {http.base_url} ({type(exc).__name__}); is the server up and the URL right?"
         ) from None
+    try:
+        return str(response.json()["data"][0]["id"])
     except (ValueError, KeyError, IndexError, TypeError):
-        raise RequestError(f"{http.base_url}/v1/models did not list a model; pass --model NAME.") from None
+        raise RequestError(
+            f"{http.base_url}/v1/models answered HTTP {response.status_code} without a model; pass --model NAME."
+        ) from None
 
 
 async def _try_scrape(http: httpx.AsyncClient) -> tuple[MetricsSnapshot | None, str | None]:
@@ -82,6 +90,25 @@ async def _try_scrape(http: httpx.AsyncClient) -> tuple[MetricsSnapshot | None, 
         return None, str(exc)
 
 
+def _level_notes(
+    before: MetricsSnapshot | None,
+    after: MetricsSnapshot | None,
+    scrape_note: str | None,
+    engine: EngineInfo | None,
+    summary_delta: CounterDelta | None,
+) -> list[str]:
+    notes = [scrape_note] if scrape_note else []
+    if before is None or after is None:
+        return notes
+    if engine is None:
+        notes.append("the server publishes no vLLM, llama.cpp or SGLang metrics on /metrics: no acceptance data")
+    elif engine.name == "vllm" and summary_delta is not None and summary_delta.generation_tokens is None:
+        notes.append("vLLM publishes no engine metrics: it runs with --disable-log-stats; acceptance is unknown")
+    elif engine.name != "sglang" and summary_delta is not None and summary_delta.num_drafts is None:
+        notes.append("no spec-decode counters on /metrics: speculation is off on this server")
+    return notes
+
+
 async def measure(
     settings: MeasureSettings,
     workload: Workload,
@@ -89,10 +116,17 @@ async def measure(
     transport: httpx.AsyncBaseTransport | None = None,
     on_event: EventCallback | None = None,
 ) -> Measurement:
-    """Measure every level in turn; levels already measured are kept if a later one fails."""
+    """Measure every level in turn. A failure mid-way keeps the levels already measured."""
     emit = on_event or (lambda kind, data: None)
-    async with httpx.AsyncClient(base_url=settings.endpoint.rstrip("/"), transport=transport) as http:
+    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+    async with httpx.AsyncClient(base_url=settings.endpoint.rstrip("/"), transport=transport, headers=headers) as http:
         model = settings.model or await discover_model(http)
+        first, _ = await _try_scrape(http)
+        if settings.engine:
+            engine: EngineInfo | None = engine_info(settings.engine)
+        else:
+            engine = engine_from_metric_names(set(first.samples)) if first else None
+        extra = {**(engine.extra_body if engine else {}), **settings.extra_body}
         client = StreamingClient(
             settings.endpoint,
             model=model,
@@ -100,59 +134,89 @@ async def measure(
             api_key=settings.api_key,
             transport=transport,
             timeout_s=settings.timeout_s,
-            extra_body=settings.extra_body,
+            extra_body=extra,
         )
         prompts = PromptCycle(workload, seed=settings.seed)
         levels: list[LevelResult] = []
-        prefix: str | None = None
+        error: str | None = None
         async with client:
             plan: list[int | None] = [None] if settings.rate_per_s else list(settings.concurrency)
             for concurrency in plan:
-                streams = concurrency or 1
-                warmup = settings.warmup if settings.warmup is not None else streams
-                emit("warmup", {"concurrency": concurrency, "requests": warmup})
-                if warmup:
-                    await run_closed_loop(
-                        client, prompts, concurrency=streams, requests=warmup,
-                        max_tokens=min(64, settings.max_tokens), temperature=settings.temperature,
-                    )  # fmt: skip
-                before, note = await _try_scrape(http)
-                emit("level", {"concurrency": concurrency, "requests": settings.requests})
-
-                def done(record: RequestRecord, level: int | None = concurrency) -> None:
-                    emit("request", {"concurrency": level, "record": record})
-
-                if settings.rate_per_s:
-                    run = await run_open_loop(
-                        client, prompts, rate_per_s=settings.rate_per_s, requests=settings.requests,
-                        max_tokens=settings.max_tokens, temperature=settings.temperature,
-                        seed=settings.seed, on_done=done,
-                    )  # fmt: skip
-                else:
-                    run = await run_closed_loop(
-                        client, prompts, concurrency=streams, requests=settings.requests,
-                        max_tokens=settings.max_tokens, temperature=settings.temperature, on_done=done,
-                    )  # fmt: skip
-                after, after_note = await _try_scrape(http)
-                delta = None
-                note = note or after_note
-                if before is not None and after is not None:
-                    prefix = detect_prefix(after)
-                    if prefix is None:
-                        note = "the server publishes no vLLM or llama.cpp metrics on /metrics"
-                    else:
-                        delta = counter_delta(before, after, prefix)
-                        if delta.num_drafts is None:
-                            note = (
-                                "no spec-decode counters on /metrics: speculation is off "
-                                "(or vLLM runs with --disable-log-stats)"
-                            )
-                summary = summarize_level(run.records, concurrency=run.concurrency, wall_s=run.wall_s, delta=delta)
-                levels.append(LevelResult(summary=summary, records=run.records, delta=delta, metrics_note=note))
-                emit("level_done", {"summary": summary})
+                try:
+                    levels.append(await _measure_level(settings, http, client, prompts, engine, concurrency, emit))
+                except (RequestError, MetricsError) as exc:
+                    error = str(exc)
+                    break
     return Measurement(
-        endpoint=settings.endpoint, model=model, workload=workload.name, engine_prefix=prefix, levels=tuple(levels)
+        endpoint=settings.endpoint,
+        model=model,
+        engine=engine.name if engine else None,
+        workload=workload.name,
+        settings=settings,
+        levels=tuple(levels),
+        error=error,
     )
+
+
+async def _measure_level(
+    settings: MeasureSettings,
+    http: httpx.AsyncClient,
+    client: StreamingClient,
+    prompts: PromptCycle,
+    engine: EngineInfo | None,
+    concurrency: int | None,
+    emit: EventCallback,
+) -> LevelResult:
+    streams = concurrency or 1
+    warmup = settings.warmup if settings.warmup is not None else streams
+    emit("warmup", {"concurrency": concurrency, "requests": warmup})
+    if warmup:
+        warm = await run_closed_loop(
+            client, prompts, concurrency=streams, requests=warmup,
+            max_tokens=min(WARMUP_MAX_TOKENS, settings.max_tokens), temperature=settings.temperature,
+        )  # fmt: skip
+        if warm.records and all(not r.ok for r in warm.records):
+            raise RequestError(f"every warm-up request failed: {warm.records[0].error}")
+    before, note = await _try_scrape(http)
+    emit("level", {"concurrency": concurrency, "requests": settings.requests})
+
+    def done(record: RequestRecord) -> None:
+        emit("request", {"concurrency": concurrency, "record": record})
+
+    if settings.rate_per_s:
+        run = await run_open_loop(
+            client, prompts, rate_per_s=settings.rate_per_s, requests=settings.requests,
+            max_tokens=settings.max_tokens, temperature=settings.temperature, seed=settings.seed, on_done=done,
+        )  # fmt: skip
+    else:
+        run = await run_closed_loop(
+            client, prompts, concurrency=streams, requests=settings.requests,
+            max_tokens=settings.max_tokens, temperature=settings.temperature, on_done=done,
+        )  # fmt: skip
+    after, after_note = await _try_scrape(http)
+    delta = None
+    gauge = None
+    if before is not None and after is not None and engine is not None:
+        delta = counter_delta(before, after, engine.counters)
+        if engine.name == "sglang":
+            gauge = after.total(sglang.ACCEPT_LENGTH_GAUGE)
+    summary = summarize_level(
+        run.records, concurrency=run.concurrency, wall_s=run.wall_s, delta=delta, gauge_accept_length=gauge
+    )
+    notes = _level_notes(before, after, note or after_note, engine, delta)
+    if summary.foreign_tokens:
+        notes.append(
+            f"the server generated {summary.foreign_tokens:,.0f} tokens for other clients during this level: "
+            "its counters (acceptance, server throughput) are polluted; measure an idle server"
+        )
+    if summary.stopped_early:
+        notes.append(f"{summary.stopped_early} request(s) stopped before max_tokens (EOS); they are flagged")
+    if summary.errors:
+        reasons = ", ".join(f"{k} x{v}" for k, v in summary.error_reasons.items())
+        notes.append(f"{summary.errors} request(s) failed ({reasons})")
+    result = LevelResult(summary=summary, records=run.records, delta=delta, notes=tuple(notes))
+    emit("level_done", {"result": result})
+    return result
 
 
 def run_measure(settings: MeasureSettings, workload: Workload, **kwargs: Any) -> Measurement:

@@ -1,7 +1,7 @@
-"""The default profile against the user report, measured the way the report measured it.
-
-32 requests of 600 tokens per level over the streaming API, exact counts from usage,
-per-position acceptance from /metrics deltas (the figures docs/calibration.md tabulates).
+"""Measurement accuracy against the emulator's ground truth, and the default profile against
+the user report, from one measurement the way the report measured: 32 requests of 600 tokens
+per level at concurrency 1 and 4 over the streaming API, exact counts from usage, per-position
+acceptance from /metrics deltas (docs/calibration.md and docs/measure.md tabulate the figures).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import pytest
 from specsweep.emulator.profile import load_profile
 from specsweep.runtime.measure import MeasureSettings, run_measure
 from specsweep.workload import load_workload
+
+from .conftest import print_truth
 
 SPEC5 = '{"method":"dspark","num_speculative_tokens":5,"draft_sample_method":"probabilistic"}'
 REPORT = {"prose": [0.741, 0.538, 0.411, 0.291, 0.241], "technical": [0.569, 0.347, 0.188, 0.069, 0.035]}
@@ -58,3 +60,37 @@ def test_throughput_matches_the_report(measurements) -> None:
     assert four.output_tokens_per_s / SCALE == pytest.approx(66.7, rel=0.10)
     # per-stream rates at 4 concurrent fall well below the single stream (17-22 in the report)
     assert four.decode_tokens_per_s_per_stream.p50 < 0.6 * single.decode_tokens_per_s_per_stream.p50
+
+
+@pytest.fixture(scope="module")
+def truth():
+    return print_truth("--speculative-config", SPEC5, "--concurrency", "1,4", "--temperature", "0.6")
+
+
+@pytest.mark.parametrize("workload", ["prose", "technical"])
+def test_aggregate_throughput_within_3_percent_of_truth(measurements, truth, workload: str) -> None:
+    for level, expected in zip(measurements[workload].levels, truth[workload]["levels"], strict=True):
+        assert level.summary.concurrency == expected["concurrency"]
+        measured = level.summary.output_tokens_per_s / SCALE
+        assert measured == pytest.approx(expected["output_tokens_per_s"], rel=0.03)
+
+
+@pytest.mark.parametrize("workload", ["prose", "technical"])
+def test_per_position_acceptance_within_003_of_truth(measurements, truth, workload: str) -> None:
+    for level in measurements[workload].levels:
+        assert level.summary.acceptance.per_position == pytest.approx(truth[workload]["per_position"], abs=0.03)
+        assert level.summary.acceptance.mean_acceptance_length == pytest.approx(
+            truth[workload]["expected_tokens_per_step"], abs=0.1
+        )
+
+
+def test_counting_chunks_undercounts_and_usage_is_exact(measurements) -> None:
+    for workload in ("prose", "technical"):
+        for level in measurements[workload].levels:
+            for record in level.records:
+                assert record.completion_tokens == 600 or record.stopped_early
+                assert record.num_chunks < record.completion_tokens  # chunks carry several tokens
+                assert sum(record.chunk_tokens) == record.completion_tokens  # cumulative usage adds up
+            chunks = sum(r.num_chunks for r in level.records)
+            tokens = sum(r.completion_tokens for r in level.records)
+            assert chunks / tokens < 0.6  # counting chunks would lose over 40% of the tokens

@@ -1,0 +1,165 @@
+"""``specsweep measure``: one honest measurement of a running server, no restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from specsweep.config import parse_concurrency
+from specsweep.errors import ConfigError
+from specsweep.runtime.client import api_key_from_env
+from specsweep.runtime.measure import LevelResult, Measurement, MeasureSettings, run_measure
+from specsweep.runtime.store import measurement_to_dict, write_json_atomic
+from specsweep.workload import load_workload
+
+
+def measure(
+    endpoint: str = typer.Option(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
+    workload: str = typer.Option("prose", help="prose, technical, or a JSONL file of your own."),
+    engine: str = typer.Option(None, help="vllm, sglang or llama.cpp (default: detected from /metrics)."),
+    model: str = typer.Option(None, help="Model name to send (default: the first one /v1/models lists)."),
+    concurrency: str = typer.Option("1,4", help="Closed-loop concurrency levels, e.g. 1,4,16."),
+    requests: int = typer.Option(32, min=1, help="Measured requests per level."),
+    warmup: int = typer.Option(None, min=0, help="Warm-up requests per level (default: one per stream)."),
+    max_tokens: int = typer.Option(600, min=1, help="max_tokens of every request."),
+    temperature: float = typer.Option(0.0, min=0.0, max=2.0, help="Sampling temperature (use production's)."),
+    rate: float = typer.Option(None, min=0.001, help="Open loop: requests per second instead of levels."),
+    api: str = typer.Option("chat", help="chat (/v1/chat/completions) or completions (/v1/completions)."),
+    api_key_env: str = typer.Option(None, help="Environment variable holding the bearer token."),
+    seed: int = typer.Option(0, help="Seed of the prompt order."),
+    timeout: float = typer.Option(600.0, min=1.0, help="Seconds one request may take."),
+    json_path: Path = typer.Option(None, "--json", help="Also write every figure and request to this JSON file."),
+) -> None:
+    """Measure a running server as the field report did, but exactly and in one command.
+
+    Per level: warm-up, a /metrics snapshot, N streamed requests (exact token counts from
+    usage, never chunk counts), a second snapshot. Prints single-stream and concurrent decode
+    rates, TTFT, prefill, the server's own throughput beside the client's, and per-position
+    draft acceptance from the counter differences. Nothing is restarted.
+    """
+    if api not in ("chat", "completions"):
+        raise ConfigError(f"--api must be chat or completions, got {api!r}.")
+    settings = MeasureSettings(
+        endpoint=endpoint,
+        model=model,
+        engine=engine,
+        api=api,
+        concurrency=parse_concurrency(concurrency),
+        requests=requests,
+        warmup=warmup,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        rate_per_s=rate,
+        api_key=api_key_from_env(api_key_env),
+        seed=seed,
+        timeout_s=timeout,
+    )
+    loaded = load_workload(workload)
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as progress:
+        tasks: dict[int | None, int] = {}
+        tokens: dict[int | None, int] = {}
+
+        def on_event(kind: str, data: dict) -> None:
+            level = data.get("concurrency")
+            name = f"{level} concurrent" if level else f"{rate}/s open loop"
+            if kind == "warmup":
+                tasks[level] = progress.add_task(f"{name}: warming up", total=settings.requests, rate="")
+                tokens[level] = 0
+            elif kind == "level":
+                progress.update(tasks[level], description=f"{name}: measuring")
+            elif kind == "request":
+                record = data["record"]
+                tokens[level] += record.completion_tokens or 0
+                elapsed = progress.tasks[tasks[level]].elapsed or 0.0
+                live = f"{tokens[level] / elapsed:,.1f} tok/s" if elapsed else ""
+                progress.update(tasks[level], advance=1, rate=live)
+
+        result = run_measure(settings, loaded, on_event=on_event)
+    out = Console()
+    print_measurement(out, result)
+    if json_path is not None:
+        write_json_atomic(json_path, measurement_to_dict(result))
+        out.print(f"wrote {json_path}")
+    if result.error:
+        raise ConfigError(f"measurement stopped: {result.error} (levels measured before it are shown above)")
+
+
+def _range(low: float, high: float, digits: int = 1) -> str:
+    return f"{low:.{digits}f}-{high:.{digits}f}"
+
+
+def print_measurement(out: Console, result: Measurement) -> None:
+    """The summary, shaped like the field report."""
+    s = result.settings
+    out.print(
+        f"[bold]{result.endpoint}[/bold]  engine {result.engine or 'unknown'}, model {result.model}, "
+        f"workload {result.workload}"
+    )
+    out.print(
+        f"{s.requests} requests x {s.max_tokens} tokens per level, temperature {s.temperature:g}, "
+        "token counts from usage"
+    )
+    for level in result.levels:
+        _print_level(out, level)
+
+
+def _print_level(out: Console, level: LevelResult) -> None:
+    m = level.summary
+    label = "single stream" if m.concurrency == 1 else f"{m.concurrency} concurrent"
+    out.print(f"\n[bold]{label}[/bold]  ({m.requests} requests, {m.errors} failed, {m.wall_s:.1f} s)")
+    decode, ttft = m.decode_tokens_per_s_per_stream, m.ttft_s
+    if m.output_tokens_per_s is not None:
+        out.print(f"  {m.output_tokens_per_s:8.1f} tok/s aggregate output, wall clock")
+    if decode is not None:
+        out.print(
+            f"  {decode.p50:8.1f} tok/s decode per stream (p50; {_range(decode.min, decode.max)} across requests)"
+        )
+    if ttft is not None:
+        out.print(f"  TTFT {_range(ttft.min, ttft.max, 3)} s (p50 {ttft.p50:.3f}, p95 {ttft.p95:.3f})")
+    if m.prefill_tokens_per_s is not None:
+        out.print(f"  prefill {m.prefill_tokens_per_s.max:,.0f} tok/s peak (prompt tokens / TTFT)")
+    if m.tokens_per_chunk is not None:
+        out.print(
+            f"  {m.tokens_per_chunk:.2f} tokens per streamed chunk ({m.chunks_per_request:.0f} chunks per request)"
+        )
+    if m.server_generation_tokens_per_s is not None:
+        ratio = f" ({m.server_to_client_ratio:.2f}x the client's)" if m.server_to_client_ratio else ""
+        out.print(f"  server-reported generation {m.server_generation_tokens_per_s:.1f} tok/s{ratio}")
+    acceptance = m.acceptance
+    if acceptance is not None:
+        out.print(
+            "  acceptance per position "
+            + ", ".join(f"{x:.3f}" for x in acceptance.per_position)
+            + "  (conditional "
+            + ", ".join(f"{x:.3f}" for x in acceptance.conditional)
+            + ")"
+        )
+        out.print(
+            f"  mean acceptance length {acceptance.mean_acceptance_length:.2f}, draft acceptance "
+            f"{100 * acceptance.draft_acceptance_rate:.1f}%, {acceptance.num_drafts:,} drafts"
+        )
+    client = m.client_acceptance
+    if client is not None and client.draft_acceptance_rate is not None:
+        out.print(
+            f"  per-request timings: {client.accepted_tokens:,} of {client.drafted_tokens:,} drafted tokens "
+            f"accepted ({100 * client.draft_acceptance_rate:.1f}%)"
+        )
+    if client is not None and client.mean_acceptance_length is not None:
+        out.print(f"  per-request accept length {client.mean_acceptance_length:.2f} tokens per verification step")
+    if m.gauge_accept_length is not None:
+        out.print(f"  server accept-length gauge {m.gauge_accept_length:.2f}")
+    for note in level.notes:
+        out.print(f"  [yellow]note:[/yellow] {note}")

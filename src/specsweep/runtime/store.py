@@ -1,0 +1,76 @@
+"""Writing results to files: JSON records of measurements, written atomically."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from specsweep import __version__
+from specsweep.errors import SpecsweepError
+from specsweep.runtime.measure import Measurement
+
+# Settings that must never reach a file.
+SECRET_SETTINGS = ("api_key",)
+
+
+def measurement_to_dict(measurement: Measurement) -> dict[str, Any]:
+    """A JSON-ready record of a measurement: summaries, notes and every request."""
+    settings = {
+        f.name: getattr(measurement.settings, f.name)
+        for f in fields(measurement.settings)
+        if f.name not in SECRET_SETTINGS
+    }
+    levels = []
+    for level in measurement.levels:
+        summary = asdict(level.summary)
+        records = []
+        start = min((r.started_at for r in level.records), default=0.0)
+        for record in level.records:
+            row = asdict(record)
+            row["started_at"] = record.started_at - start  # seconds from the level's first request
+            records.append(row)
+        levels.append({**summary, "notes": list(level.notes), "records": records})
+    return _finite(
+        {
+            "specsweep_version": __version__,
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "endpoint": measurement.endpoint,
+            "model": measurement.model,
+            "engine": measurement.engine,
+            "workload": measurement.workload,
+            "settings": settings,
+            "error": measurement.error,
+            "levels": levels,
+        }
+    )
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: write them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` through a temporary file and a rename: never a half-written file."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as handle:
+            json.dump(data, handle, indent=2)
+            handle.write("\n")
+            temporary = handle.name
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise SpecsweepError(f"cannot write {path}: {exc.strerror or exc}.") from None
