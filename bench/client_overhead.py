@@ -80,7 +80,7 @@ def one(streams: int, time_scale: float, requests_per_stream: int, max_tokens: i
         "ttft_error_p99_ms": float(np.percentile(first_errors, 99)),
         "last_error_p50_ms": float(np.percentile(last_errors, 50)),
         "last_error_p99_ms": float(np.percentile(last_errors, 99)),
-        "min_error_ms": float(min(min(first_errors), min(last_errors))),
+        "min_error_ms": float(min(*first_errors, *last_errors)),
     }
 
 

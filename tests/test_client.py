@@ -6,7 +6,6 @@ import asyncio
 import json
 
 import httpx
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
