@@ -163,7 +163,7 @@ _lines = st.one_of(
 def test_any_line_sequence_ends_in_a_record_or_an_error(lines: list[str]) -> None:
     tracker = _StreamTracker(0.0)
     for line in lines:
-        if tracker.feed(line, 1.0):
+        if tracker.feed(line.encode(), 1.0):
             break
     record = tracker.record("p", 8)
     assert record.ok or record.error

@@ -136,3 +136,18 @@ class CounterNames:
     num_draft_tokens: str | None = None
     num_accepted_tokens: str | None = None
     accepted_per_position: str | None = None  # labelled by ``position`` ("0".."k-1")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BootFacts:
+    """What a server's startup log said about the configuration it booted."""
+
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    memory_suggestions: tuple[float, ...] = ()  # per rank, in log order
+    fp8_default_kernel_warning: bool = False
+
+    @property
+    def binding_memory_suggestion(self) -> float | None:
+        """The KV pool is the minimum over ranks, so the largest suggestion binds."""
+        return max(self.memory_suggestions) if self.memory_suggestions else None

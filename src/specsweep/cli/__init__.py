@@ -8,7 +8,7 @@ import click
 import typer
 
 from specsweep import __version__
-from specsweep.cli import emulate, measure, workloads
+from specsweep.cli import emulate, measure, study, workloads
 from specsweep.errors import SpecsweepError
 
 app = typer.Typer(
@@ -19,6 +19,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command("study")(study.study)
 app.command("measure")(measure.measure)
 app.command("emulate")(emulate.emulate)
 app.command("workloads")(workloads.workloads)

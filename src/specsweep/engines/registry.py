@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from specsweep.engines import llamacpp, sglang, vllm
 from specsweep.errors import ConfigError
-from specsweep.types import CounterNames
+from specsweep.types import BootFacts, CounterNames, SpeculativeConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -17,19 +18,35 @@ class EngineInfo:
     name: str
     metric_prefix: str
     counters: CounterNames
+    render_spec_args: Callable[[SpeculativeConfig | None], list[str]]
+    parse_boot_facts: Callable[[str], BootFacts] = vllm.parse_boot_facts
+    has_draft_sample_method: bool = True
     extra_body: dict[str, Any] = field(default_factory=dict)
 
 
 ENGINES = {
-    "vllm": EngineInfo(name="vllm", metric_prefix="vllm:", counters=vllm.COUNTERS),
+    "vllm": EngineInfo(
+        name="vllm", metric_prefix="vllm:", counters=vllm.COUNTERS, render_spec_args=vllm.render_spec_args
+    ),
+    # The emulator speaks vLLM.
+    "emulator": EngineInfo(
+        name="emulator", metric_prefix="vllm:", counters=vllm.COUNTERS, render_spec_args=vllm.render_spec_args
+    ),
     "llama.cpp": EngineInfo(
         name="llama.cpp",
         metric_prefix=llamacpp.METRIC_PREFIX,
         counters=llamacpp.COUNTERS,
+        render_spec_args=llamacpp.render_spec_args,
+        has_draft_sample_method=False,
         extra_body=llamacpp.EXTRA_BODY,
     ),
     "sglang": EngineInfo(
-        name="sglang", metric_prefix=sglang.METRIC_PREFIX, counters=sglang.COUNTERS, extra_body=sglang.EXTRA_BODY
+        name="sglang",
+        metric_prefix=sglang.METRIC_PREFIX,
+        counters=sglang.COUNTERS,
+        render_spec_args=sglang.render_spec_args,
+        has_draft_sample_method=False,
+        extra_body=sglang.EXTRA_BODY,
     ),
 }
 
@@ -45,6 +62,8 @@ def engine_info(name: str) -> EngineInfo:
 def engine_from_metric_names(names: set[str]) -> EngineInfo | None:
     """The engine whose metric prefix appears among ``names``, if any."""
     for info in ENGINES.values():
+        if info.name == "emulator":
+            continue
         if any(name.startswith(info.metric_prefix) for name in names):
             return info
     return None

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from itertools import pairwise
 from typing import Any
 
 from specsweep.errors import ConfigError
-from specsweep.types import BatchSizeRange, CounterNames, SpeculativeConfig
+from specsweep.types import BatchSizeRange, BootFacts, CounterNames, SpeculativeConfig
 
 METHODS = (
     "ngram",
@@ -271,3 +272,29 @@ def _validate_per_batch_size(value: Any, k: int | None) -> tuple[BatchSizeRange,
         if after.start <= before.end:
             raise ConfigError(f"{where}: ranges {before.start}-{before.end} and {after.start}-{after.end} overlap.")
     return tuple(rows)
+
+
+def render_spec_args(spec: SpeculativeConfig | None) -> list[str]:
+    """vLLM's command-line flags for a spec config (none: speculation off)."""
+    return [] if spec is None else ["--speculative-config", spec.to_json()]
+
+
+_KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+_MAX_CONCURRENCY = re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x")
+_SUGGESTION = re.compile(r"is equivalent to --gpu-memory-utilization=([\d.]+)")
+_FP8_WARNING = "Using default W8A8 Block FP8 kernel config"
+
+
+def parse_boot_facts(log: str) -> BootFacts:
+    """Boot facts from a vLLM startup log (substrings, not line starts: the prefix changed in 0.31).
+
+    Older versions print KV size and maximum concurrency on two lines; both shapes are read.
+    """
+    tokens = _KV_TOKENS.search(log)
+    concurrency = _MAX_CONCURRENCY.search(log)
+    return BootFacts(
+        kv_cache_tokens=int(tokens.group(1).replace(",", "")) if tokens else None,
+        max_concurrency=float(concurrency.group(1)) if concurrency else None,
+        memory_suggestions=tuple(float(x) for x in _SUGGESTION.findall(log)),
+        fp8_default_kernel_warning=_FP8_WARNING in log,
+    )

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from specsweep.errors import ConfigError
+from specsweep.runtime.transport import AiohttpTransport
 from specsweep.types import RequestRecord
 from specsweep.workload import WorkloadPrompt, new_nonce
 
@@ -54,7 +55,7 @@ class StreamingClient:
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
             headers=headers,
-            transport=transport,
+            transport=transport or AiohttpTransport(timeout_s=timeout_s),
             timeout=httpx.Timeout(timeout_s, connect=10.0),
             # Keep-alive saves a connection setup per request (about 1.5 ms here); servers
             # that close after each stream (llama.cpp) are covered by the retry in stream().
@@ -110,8 +111,11 @@ class StreamingClient:
                     return tracker.record(
                         prompt_id, max_tokens, error=f"HTTP {response.status_code}: {_error_message(text)}"
                     )
-                async for line in response.aiter_lines():
-                    if tracker.feed(line, time.perf_counter()):
+                pending = b""
+                async for data in response.aiter_bytes():
+                    received = time.perf_counter()  # stamp on arrival, before parsing
+                    *lines, pending = (pending + data).split(b"\n")
+                    if any(tracker.feed(line, received) for line in lines):
                         break
         except httpx.TimeoutException as exc:
             return tracker.record(prompt_id, max_tokens, error=f"timeout: {type(exc).__name__}")
@@ -156,17 +160,17 @@ class _StreamTracker:
         self.spec_verify_ct: int | None = None
         self.done = False
 
-    def feed(self, line: str, now: float) -> bool:
+    def feed(self, line: bytes, now: float) -> bool:
         """Take one line of the event stream; True once the stream is complete."""
-        if not line.startswith("data:"):
+        if not line.startswith(b"data:"):
             return False
         data = line[5:].strip()
-        if data == "[DONE]":
+        if data == b"[DONE]":
             self.done = True
             return True
         try:
             event = json.loads(data)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
             self.error = f"malformed SSE event: {data[:80]!r}"
             return True
         if not isinstance(event, dict):

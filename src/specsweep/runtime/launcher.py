@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -76,30 +76,16 @@ class ServerProcess:
         return None if self.process is None else self.process.poll()
 
     def wait_ready(self, url: str, *, timeout_s: float, poll_s: float = 0.1) -> float:
-        """Poll ``url`` until it answers 200; return seconds since start.
+        """Poll ``url`` until it answers 200; return seconds since start (see wait_until_ready)."""
 
-        Connection refused and 503 both mean "not yet" (vLLM refuses until ready; llama.cpp
-        and SGLang answer 503 while loading).
-        """
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=5.0) as http:
-            while True:
-                code = self.exit_code()
-                if code is not None:
-                    raise ServerCrashedError(
-                        f"the server exited with code {code} before it was ready: {log_tail(self.log_path)}"
-                    )
-                try:
-                    if http.get(url).status_code == 200:
-                        return time.monotonic() - (self.started_at or time.monotonic())
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() >= deadline:
-                    raise ReadyTimeoutError(
-                        f"the server was not ready after {timeout_s:.0f} s ({url}); raise the ready "
-                        f"timeout or check its log: {log_tail(self.log_path, 3)}"
-                    )
-                time.sleep(poll_s)
+        def exited() -> str | None:
+            code = self.exit_code()
+            if code is None:
+                return None
+            return f"the server exited with code {code} before it was ready: {log_tail(self.log_path)}"
+
+        wait_until_ready(url, timeout_s=timeout_s, poll_s=poll_s, dead=exited, log_path=self.log_path)
+        return time.monotonic() - (self.started_at or time.monotonic())
 
     def stop(self, *, grace_s: float = 10.0) -> int | None:
         """SIGTERM the process group, wait up to ``grace_s``, then SIGKILL; return the exit code."""
@@ -122,6 +108,39 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def wait_until_ready(
+    url: str,
+    *,
+    timeout_s: float,
+    poll_s: float = 0.1,
+    dead: Callable[[], str | None] = lambda: None,
+    log_path: Path | None = None,
+) -> None:
+    """Poll ``url`` until it answers 200.
+
+    Connection refused and 503 both mean "not yet" (vLLM refuses until ready; llama.cpp and
+    SGLang answer 503 while loading). ``dead`` returning a reason ends the wait at once.
+    """
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=5.0) as http:
+        while True:
+            reason = dead()
+            if reason is not None:
+                raise ServerCrashedError(reason)
+            try:
+                if http.get(url).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() >= deadline:
+                tail = f": {log_tail(log_path, 3)}" if log_path is not None else ""
+                raise ReadyTimeoutError(
+                    f"the server was not ready after {timeout_s:.0f} s ({url}); raise the ready timeout or "
+                    f"check its log{tail}"
+                )
+            time.sleep(poll_s)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

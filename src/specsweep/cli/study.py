@@ -1,0 +1,170 @@
+"""``specsweep study``: restart the server per config, measure, and recommend."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from specsweep.config import (
+    EmulatorServer,
+    MeasureConfig,
+    Objective,
+    SearchSpace,
+    ServerConfig,
+    StudyConfig,
+    load_study_config,
+)
+from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
+from specsweep.report.snippets import render_snippet
+from specsweep.tuning.recommend import best_overall, measured_configs, pick_best
+from specsweep.tuning.study import StudyOutcome, StudyRunner, study_paths
+
+# The default study: the emulator's default profile (the DGX Spark field report), the report's
+# current configuration as the baseline, draft lengths 1 to 6 with both draft methods at the
+# profile's reference temperature. Sized to finish in about a minute on 2 cores.
+DEFAULT_TIME_SCALE = 200.0
+
+
+def default_study(workload: str) -> StudyConfig:
+    """The study ``specsweep study --workload W`` runs when no --config is given."""
+    profile = load_profile(DEFAULT_PROFILE)
+    return StudyConfig(
+        name=f"emulator-{Path(workload).stem}",
+        sampler="grid",
+        server=ServerConfig(
+            engine="emulator",
+            mode="emulator",
+            emulator=EmulatorServer(profile=DEFAULT_PROFILE, time_scale=DEFAULT_TIME_SCALE, seed=0),
+            ready_timeout_s=60.0,
+            stop_grace_s=5.0,
+        ),
+        search=SearchSpace(
+            num_speculative_tokens=(1, 6),
+            fixed={"method": "dspark"},
+            baseline={"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic"},
+        ),
+        workloads={workload: 1.0},
+        measure=MeasureConfig(
+            concurrency=(1, 4), requests=12, max_tokens=600, temperature=profile.reference_temperature
+        ),
+        objective=Objective(concurrency=1),
+        source="built-in emulator study",
+    )
+
+
+def study(
+    workload: str = typer.Option(
+        None, help="Workload to tune for (prose, technical or a JSONL path); overrides the config's [workloads]."
+    ),
+    config: Path = typer.Option(None, help="Study TOML file (docs/study-config.md). Without it: the emulator."),
+    trials: int = typer.Option(None, min=1, help="Most trials to run now (default: the config's budget)."),
+    study_name: str = typer.Option(None, help="Study name (default: the config's)."),
+    storage: str = typer.Option(None, help="Optuna storage URL (default: SQLite in studies/NAME/)."),
+    studies_dir: Path = typer.Option(Path("studies"), help="Folder that holds study folders."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an existing study."),
+) -> None:
+    """Tune draft length and draft sampling: restart the server for each config, measure, recommend.
+
+    Without --config it runs on the built-in emulator (the default profile reproduces a two-box
+    DGX Spark running DeepSeek-V4-Flash with a 5-token drafter) and says so. Every trial is kept
+    in an optuna study under studies/NAME/ (optuna-dashboard opens its study.db); --resume
+    continues one after a stop or a crash.
+    """
+    if config is None:
+        chosen = default_study(workload or "technical")
+    else:
+        chosen = load_study_config(config)
+        if workload:
+            chosen = replace(chosen, workloads={workload: 1.0})
+    if study_name:
+        chosen = replace(chosen, name=study_name)
+    out = Console()
+    paths = study_paths(chosen, studies_dir, storage)
+    on_emulator = chosen.server.engine == "emulator"
+    if on_emulator:
+        out.print(
+            f"[bold yellow]Running on the built-in emulator[/bold yellow] (profile {chosen.server.emulator.profile}, "
+            f"time scale {chosen.server.emulator.time_scale:g}): figures are modelled, not your hardware's. "
+            "Point --config at a study file to tune a real server."
+        )
+    runner = StudyRunner(chosen, paths, resume=resume, on_event=_printer(out, chosen))
+    out.print(
+        f"study [bold]{chosen.name}[/bold]: {runner.space.size()} distinct configurations, sampler {chosen.sampler}, "
+        f"workloads {', '.join(chosen.workloads)}, concurrency {list(chosen.measure.concurrency)}, "
+        f"temperature {chosen.measure.temperature:g}; storage {paths.storage}"
+    )
+    outcome = runner.run(max_trials=trials)
+    out.print(f"\nstopped: {outcome.stop_reason} ({outcome.restarts} server restarts this run)")
+    print_recommendation(out, outcome, chosen)
+
+
+def _describe(spec: Any) -> str:
+    if spec is None:
+        return "speculation off"
+    return f"k={spec.num_speculative_tokens} {spec.draft_sample_method}"
+
+
+def _printer(out: Console, config: StudyConfig):
+    objective = config.objective.concurrency
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "note":
+            out.print(f"note: {data['text']}")
+        elif kind == "starting":
+            out.print(f"trial {data['trial']:3d}  {_describe(data['spec']):26s} starting server", end="\r")
+        elif kind == "done":
+            rates = "  ".join(
+                f"{w}@{c}: {row['output_tokens_per_s']:.1f}"
+                for w, levels in data["results"].items()
+                for c, row in levels.items()
+                if row["output_tokens_per_s"] is not None
+            )
+            head = f"trial {data['trial']:3d}  {_describe(data['spec']):26s}"
+            out.print(f"{head} objective {data['value']:8.1f} tok/s  ({rates})")
+        elif kind == "failed":
+            out.print(f"trial {data['trial']:3d}  [red]failed[/red]: {data['reason']}")
+        elif kind == "reused":
+            out.print(f"trial {data['trial']:3d}  same server as trial {data['source']}: result reused, no restart")
+
+    del objective
+    return on_event
+
+
+def print_recommendation(out: Console, outcome: StudyOutcome, config: StudyConfig) -> None:
+    """Best measured config per workload and concurrency, the overall pick and its snippet."""
+    configs = measured_configs(outcome.study)
+    if not configs:
+        out.print("[red]no configuration was measured successfully; see the trial logs in the study folder.[/red]")
+        return
+    baseline_key = outcome.study.user_attrs.get("baseline_key")
+    out.print("\n[bold]best measured configuration[/bold] (aggregate output tok/s, wall clock, client-side)")
+    for name in config.workloads:
+        for level in config.measure.concurrency:
+            pick = pick_best(configs, workload=name, concurrency=level, baseline_key=baseline_key)
+            if pick is None:
+                continue
+            gains = []
+            if pick.off_rate:
+                gains.append(f"{100 * (pick.rate / pick.off_rate - 1):+.1f}% vs speculation off")
+            if pick.baseline_rate:
+                gains.append(f"{100 * (pick.rate / pick.baseline_rate - 1):+.1f}% vs baseline")
+            gap = f"; runner-up {100 * pick.runner_up_gap:.1f}% slower" if pick.runner_up_gap is not None else ""
+            out.print(
+                f"  {name} at concurrency {level}: {_describe(pick.best.spec)}  {pick.rate:.1f} tok/s  "
+                f"({', '.join(gains) or 'no reference measured'}{gap})"
+            )
+    best = best_overall(configs)
+    if best is None:
+        out.print("[red]no configuration met the objective's constraints.[/red]")
+        return
+    engine = config.server.engine
+    fmt = {"llama.cpp": "llama.cpp", "sglang": "sglang"}.get(engine, "vllm")
+    out.print(
+        f"\n[bold]recommended[/bold] for objective concurrency {config.objective.concurrency}: "
+        f"{_describe(best.spec)} (trial {best.trial}, {best.objective:.1f} tok/s)"
+    )
+    out.print(render_snippet(best.spec, fmt))

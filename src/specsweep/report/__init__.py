@@ -1,0 +1,1 @@
+"""Presentation: config snippets, figures and reports, from stored data only."""

@@ -1,0 +1,208 @@
+"""One trial's server: render its command, start it, wait until ready, read its boot facts, stop it.
+
+Modes (``server.mode``):
+- ``emulator``: the built-in emulator as a local process.
+- ``process``: a local process from an argv template (no shell), in its own process group.
+- ``commands``: a start command and a stop command, for servers in containers, on other hosts
+  or on a Ray cluster; the start command may stay in the foreground (its output is the log).
+- ``attach``: the user restarts the server by hand when asked and presses Enter.
+
+Placeholders such as ``{port}`` and ``{spec_args}`` are replaced element by element in argv
+templates (so no value can become a second argument or a command); in a shell-string template
+each value is shell-quoted.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from specsweep.config import ServerConfig
+from specsweep.engines.registry import EngineInfo
+from specsweep.errors import LaunchError, ReadyTimeoutError
+from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port, log_tail, wait_until_ready
+from specsweep.types import BootFacts, SpeculativeConfig
+
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+
+
+def placeholder_values(
+    *, host: str, port: int, spec: SpeculativeConfig | None, spec_args: list[str], model: str | None, trial: int
+) -> dict[str, str | list[str]]:
+    """The values a command template may use."""
+    return {
+        "host": host,
+        "port": str(port),
+        "spec_args": spec_args,
+        "speculative_config": spec.to_json() if spec is not None else "",
+        "num_speculative_tokens": str(spec.num_speculative_tokens or 0) if spec is not None else "0",
+        "draft_sample_method": spec.draft_sample_method if spec is not None else "",
+        "method": (spec.method or "") if spec is not None else "",
+        "model": model or "",
+        "trial": str(trial),
+    }
+
+
+def render_command(template: tuple[str, ...] | str, values: dict[str, str | list[str]]) -> list[str]:
+    """An argv list from a template: argv templates verbatim per element, strings through ``sh -c``."""
+    if isinstance(template, str):
+
+        def quoted(match: re.Match[str]) -> str:
+            value = values.get(match.group(1))
+            if value is None:
+                return match.group(0)
+            return " ".join(shlex.quote(v) for v in value) if isinstance(value, list) else shlex.quote(value)
+
+        return ["/bin/sh", "-c", _PLACEHOLDER.sub(quoted, template)]
+    argv: list[str] = []
+    for element in template:
+        if element == "{spec_args}":
+            argv.extend(values["spec_args"])
+            continue
+
+        def plain(match: re.Match[str]) -> str:
+            value = values.get(match.group(1))
+            if value is None or isinstance(value, list):
+                return match.group(0)
+            return value
+
+        argv.append(_PLACEHOLDER.sub(plain, element))
+    return argv
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartedServer:
+    """A server that answered its readiness check."""
+
+    url: str
+    startup_s: float
+    boot: BootFacts
+    log_path: Path
+
+
+class TrialServer:
+    """Start and stop the server for one trial, whatever the mode."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        engine: EngineInfo,
+        *,
+        log_path: Path,
+        ask_user: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.engine = engine
+        self.log_path = log_path
+        self.ask_user = ask_user or _ask_on_terminal
+        self._process: ServerProcess | None = None
+        self._values: dict[str, str | list[str]] = {}
+
+    def start(self, spec: SpeculativeConfig | None, *, trial: int) -> StartedServer:
+        """Start (or have the user start) the server with ``spec``; raise LaunchError subclasses."""
+        config = self.config
+        port = config.port or free_port(config.host)
+        spec_args = self.engine.render_spec_args(spec)
+        self._values = placeholder_values(
+            host=config.host, port=port, spec=spec, spec_args=spec_args, model=config.model, trial=trial
+        )
+        url = f"http://{config.host}:{port}"
+        started = time.monotonic()
+        if config.mode == "attach":
+            shown = " ".join(shlex.quote(a) for a in spec_args) or "(speculation off: no spec flags)"
+            self.ask_user(f"Restart the server at {url} with: {shown}\nPress Enter when it is starting (or ready).")
+        else:
+            argv = self._argv(port, spec)
+            self._process = ServerProcess(argv, log_path=self.log_path, env=config.env)
+            self._process.start()
+        self._wait_ready(url + config.ready_path)
+        startup = time.monotonic() - started
+        return StartedServer(
+            url=url, startup_s=startup, boot=self.engine.parse_boot_facts(self.log()), log_path=self.log_path
+        )
+
+    def _argv(self, port: int, spec: SpeculativeConfig | None) -> list[str]:
+        config = self.config
+        if config.mode == "emulator":
+            emulator = config.emulator
+            return emulator_argv(
+                host=config.host,
+                port=port,
+                speculative_config=spec.to_json() if spec is not None else None,
+                profile=emulator.profile,
+                time_scale=emulator.time_scale,
+                seed=emulator.seed,
+                extra=list(emulator.extra_args),
+            )
+        assert config.start is not None
+        return render_command(config.start, self._values)
+
+    def _wait_ready(self, url: str) -> None:
+        if self._process is not None:
+            self._process.wait_ready(url, timeout_s=self.config.ready_timeout_s)
+            return
+        wait_until_ready(url, timeout_s=self.config.ready_timeout_s)  # attach mode: only the URL to watch
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def crashed(self) -> str | None:
+        """A one-line reason if the server process has exited, else None."""
+        if self._process is None:
+            return None
+        code = self._process.exit_code()
+        if code is None:
+            return None
+        return f"the server exited with code {code}: {log_tail(self.log_path, 3)}"
+
+    def stop(self) -> None:
+        """Stop the server (stop command, then the process group) and wait until resources are free."""
+        config = self.config
+        if config.mode == "commands" and config.stop is not None:
+            _run_bounded(render_command(config.stop, self._values), config.stop_grace_s + 30, self.log_path)
+        if self._process is not None:
+            self._process.stop(grace_s=config.stop_grace_s)
+            self._process = None
+        if config.wait_free is not None:
+            self._wait_free()
+
+    def _wait_free(self) -> None:
+        """Poll the wait_free command until it succeeds (e.g. until GPU memory is released)."""
+        assert self.config.wait_free is not None
+        argv = render_command(self.config.wait_free, self._values)
+        deadline = time.monotonic() + self.config.ready_timeout_s
+        while time.monotonic() < deadline:
+            if _run_bounded(argv, 60, self.log_path) == 0:
+                return
+            time.sleep(2)
+        raise ReadyTimeoutError(
+            f"server.wait_free did not succeed within {self.config.ready_timeout_s:.0f} s; the next start could fail."
+        )
+
+
+def _run_bounded(argv: list[str], timeout_s: float, log_path: Path) -> int:
+    """Run a helper command to completion (output appended to the trial log); its exit code."""
+    with open(log_path, "ab") as log:
+        try:
+            return subprocess.run(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
+            ).returncode
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise LaunchError(f"{argv[0]!r} failed: {exc}") from None
+
+
+def _ask_on_terminal(message: str) -> None:
+    print(message, file=sys.stderr)
+    try:
+        input()
+    except EOFError:
+        raise LaunchError("attach mode needs a terminal to press Enter on; none is attached.") from None

@@ -1,0 +1,1 @@
+"""The optimizer loop: search space, optuna ask/tell, recommendation from measured trials."""

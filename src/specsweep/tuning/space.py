@@ -1,0 +1,104 @@
+"""The search space: optuna parameters <-> spec configs, and which configs are the same server.
+
+Parameters: ``num_speculative_tokens`` (0 means speculation off), ``draft_sample_method``, and
+``open.<field>`` for every other spec-config field the study opens up. Fields in
+``search.fixed`` are added to every config. Two parameter sets that give the same effective
+server (speculation off with either draft method; both draft methods at temperature 0, where
+they are identical) share one key, so the second costs no restart.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from specsweep.config import SearchSpace
+from specsweep.engines.vllm import validate_speculative_config
+from specsweep.types import SpeculativeConfig
+
+OFF = "off"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Space:
+    """The effective search space of one study run."""
+
+    k_values: tuple[int, ...]  # includes 0 when speculation off is a candidate
+    draft_sample_methods: tuple[str, ...]
+    open: dict[str, tuple[Any, ...]]
+    fixed: dict[str, Any]
+    methods_collapsed: bool  # draft_sample_method dropped: identical at temperature 0, or not an engine option
+
+    def grid(self) -> dict[str, list[Any]]:
+        """Every parameter with every value: optuna GridSampler's search space."""
+        grid: dict[str, list[Any]] = {
+            "num_speculative_tokens": list(self.k_values),
+            "draft_sample_method": list(self.draft_sample_methods),
+        }
+        for name, choices in self.open.items():
+            grid[f"open.{name}"] = list(choices)
+        return grid
+
+    def size(self) -> int:
+        return len(self.distinct_keys())
+
+    def distinct_keys(self) -> list[str]:
+        """The effective configurations of the grid, each once."""
+        return [config_key(self.config_from_params(p)) for p in self.distinct_params()]
+
+    def distinct_params(self) -> list[dict[str, Any]]:
+        """One parameter set per effective configuration, by draft length then draft method."""
+        found: dict[str, dict[str, Any]] = {}
+        names = list(self.grid())
+        for values in itertools.product(*self.grid().values()):
+            params = dict(zip(names, values, strict=True))
+            found.setdefault(config_key(self.config_from_params(params)), params)
+        return list(found.values())
+
+    def config_from_params(self, params: dict[str, Any]) -> SpeculativeConfig | None:
+        """The validated spec config for a parameter set (None: speculation off)."""
+        k = int(params["num_speculative_tokens"])
+        if k == 0:
+            return None
+        raw: dict[str, Any] = {**self.fixed, "num_speculative_tokens": k}
+        if not self.methods_collapsed:
+            raw["draft_sample_method"] = params["draft_sample_method"]
+        for name in self.open:
+            raw[name] = params[f"open.{name}"]
+        return validate_speculative_config(raw)
+
+    def params_for(self, spec_fields: dict[str, Any] | None) -> dict[str, Any]:
+        """Parameters that reproduce a spec config written as fields (None: speculation off)."""
+        fields = dict(spec_fields or {})
+        params: dict[str, Any] = {
+            "num_speculative_tokens": int(fields.get("num_speculative_tokens", 0) or 0),
+            "draft_sample_method": fields.get("draft_sample_method", self.draft_sample_methods[0]),
+        }
+        if self.methods_collapsed:
+            params["draft_sample_method"] = self.draft_sample_methods[0]
+        for name, choices in self.open.items():
+            params[f"open.{name}"] = fields.get(name, choices[0])
+        return params
+
+
+def build_space(search: SearchSpace, *, temperature: float, engine_has_draft_sample_method: bool) -> Space:
+    """The effective space for a study: drop what cannot make a difference."""
+    low, high = search.num_speculative_tokens
+    k_values = ((0,) if search.no_speculation else ()) + tuple(range(low, high + 1))
+    methods = search.draft_sample_method
+    collapsed = False
+    if temperature == 0.0 or not engine_has_draft_sample_method:
+        methods, collapsed = (methods[0],), True
+    return Space(
+        k_values=k_values,
+        draft_sample_methods=tuple(methods),
+        open=dict(search.open),
+        fixed=dict(search.fixed),
+        methods_collapsed=collapsed,
+    )
+
+
+def config_key(spec: SpeculativeConfig | None) -> str:
+    """A canonical name for the server a spec config gives: equal keys, equal servers."""
+    return OFF if spec is None else spec.to_json()

@@ -1,0 +1,383 @@
+"""The study loop: ask optuna for a config, restart the server with it, measure, tell the result.
+
+Optuna is the source of truth: every trial's parameters, objective, constraints and a compact
+summary (``user_attrs``) live in its storage; the full per-trial measurement (every request,
+boot facts, notes) is a JSON file beside it, named in the trial's ``record`` attribute.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from specsweep.config import StudyConfig
+from specsweep.engines.registry import EngineInfo, engine_info
+from specsweep.errors import ConfigError, LaunchError, SpecsweepError
+from specsweep.runtime.client import api_key_from_env
+from specsweep.runtime.measure import Measurement, MeasureSettings, run_measure
+from specsweep.runtime.store import measurement_to_dict, write_json_atomic
+from specsweep.runtime.trial_server import TrialServer
+from specsweep.tuning.space import Space, build_space, config_key
+from specsweep.types import SpeculativeConfig
+from specsweep.workload import Workload, load_workload
+
+EventCallback = Callable[[str, dict[str, Any]], None]
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class StudyInterrupted(SpecsweepError):
+    """The user stopped the study (Ctrl-C or SIGTERM); everything measured is kept."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyPaths:
+    """Where a study keeps its files."""
+
+    folder: Path
+    storage: str
+
+    @property
+    def trials(self) -> Path:
+        return self.folder / "trials"
+
+    @property
+    def logs(self) -> Path:
+        return self.folder / "logs"
+
+
+def study_paths(config: StudyConfig, studies_dir: Path, storage: str | None = None) -> StudyPaths:
+    """The study folder, and the storage URL (SQLite in the folder unless one is given)."""
+    folder = studies_dir / config.name
+    url = storage or config.storage or f"sqlite:///{(folder / 'study.db').as_posix()}"
+    return StudyPaths(folder=folder, storage=url)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyOutcome:
+    """How a run of the study ended."""
+
+    study: optuna.Study
+    space: Space
+    stop_reason: str
+    new_trials: int
+    restarts: int
+
+
+def _sampler(config: StudyConfig, space: Space) -> optuna.samplers.BaseSampler:
+    # "grid" enqueues every distinct configuration once (see open_study) rather than using
+    # optuna's GridSampler, which counts duplicates (speculation off with each draft method)
+    # and calls Study.stop(), which ask/tell loops may not.
+    if config.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=config.seed, constraints_func=_constraints)
+    return optuna.samplers.RandomSampler(seed=config.seed)
+
+
+def _constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
+    return list(trial.user_attrs.get("constraints", [0.0]))
+
+
+def study_temperature(config: StudyConfig) -> float:
+    return config.measure.temperature
+
+
+def open_study(config: StudyConfig, paths: StudyPaths, *, resume: bool, space: Space) -> optuna.Study:
+    """Create the study, or load it with ``resume``; trials left RUNNING by a killed run are failed."""
+    if paths.storage.startswith("sqlite:///"):
+        paths.folder.mkdir(parents=True, exist_ok=True)
+    exists = config.name in {s.study_name for s in optuna.get_all_study_summaries(paths.storage)}
+    if exists and not resume:
+        raise ConfigError(
+            f"study {config.name!r} already exists in {paths.storage}; add --resume to continue it, "
+            "or choose another --study-name."
+        )
+    if resume and not exists:
+        raise ConfigError(f"there is no study {config.name!r} in {paths.storage} to resume.")
+    study = optuna.create_study(
+        study_name=config.name,
+        storage=paths.storage,
+        direction="maximize",
+        sampler=_sampler(config, space),
+        load_if_exists=resume,
+    )
+    for stale in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        optuna.trial.Trial(study, stale._trial_id).set_user_attr(
+            "fail_reason", "interrupted: the run that measured it died"
+        )
+        study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
+    if not exists:
+        study.set_user_attr("config_source", config.source)
+        study.set_user_attr("engine", config.server.engine)
+        study.set_user_attr("temperature", config.measure.temperature)
+        study.set_user_attr("objective_concurrency", config.objective.concurrency)
+        study.set_user_attr("workloads", config.workloads)
+        if config.search.no_speculation:
+            study.enqueue_trial(space.params_for(None))
+        if config.search.baseline is not None:
+            study.enqueue_trial(space.params_for(config.search.baseline))
+            baseline = space.config_from_params(space.params_for(config.search.baseline))
+            study.set_user_attr("baseline_key", config_key(baseline))
+        if config.sampler == "grid":
+            for params in space.distinct_params():
+                study.enqueue_trial(params, skip_if_exists=True)
+    return study
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops the study the way Ctrl-C does: server stopped, trial failed, data kept."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class StudyRunner:
+    """Runs trials until the budget, the grid or the patience runs out."""
+
+    def __init__(
+        self,
+        config: StudyConfig,
+        paths: StudyPaths,
+        *,
+        resume: bool = False,
+        on_event: EventCallback | None = None,
+        ask_user: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.paths = paths
+        self.emit = on_event or (lambda kind, data: None)
+        self.engine: EngineInfo = engine_info(config.server.engine)
+        self.space = build_space(
+            config.search,
+            temperature=config.measure.temperature,
+            engine_has_draft_sample_method=self.engine.has_draft_sample_method,
+        )
+        self.workloads: dict[str, Workload] = {name: load_workload(name) for name in config.workloads}
+        self.api_key = api_key_from_env(config.server.api_key_env)
+        self.study = open_study(config, paths, resume=resume, space=self.space)
+        self.ask_user = ask_user
+
+    def run(self, *, max_trials: int | None = None) -> StudyOutcome:
+        config = self.config
+        budget = max_trials if max_trials is not None else config.trials
+        deadline = time.monotonic() + config.wall_time_s if config.wall_time_s else None
+        measured = self._measured_keys()
+        new_trials = restarts = failures = 0
+        stop_reason = ""
+        if self.space.methods_collapsed and len(config.search.draft_sample_method) > 1:
+            self.emit("note", {"text": self._collapse_note()})
+        with _sigterm_as_interrupt():
+            while True:
+                if budget is not None and new_trials >= budget:
+                    stop_reason = f"trial budget reached ({budget})"
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    stop_reason = f"wall-time budget reached ({config.wall_time_s:.0f} s)"
+                    break
+                if len(measured) >= self.space.size() and not self._queued():
+                    stop_reason = f"every configuration in the space was measured ({self.space.size()})"
+                    break
+                trial = self.study.ask()
+                params = {name: trial.suggest_categorical(name, values) for name, values in self.space.grid().items()}
+                new_trials += 1
+                try:
+                    spec = self.space.config_from_params(params)
+                except ConfigError as exc:
+                    self._fail(trial, f"invalid spec config: {exc}")
+                    failures += 1
+                    continue
+                key = config_key(spec)
+                trial.set_user_attr("key", key)
+                trial.set_user_attr("spec", None if spec is None else spec.to_json())
+                if key in measured:
+                    self._reuse(trial, measured[key])
+                    continue
+                restarts += 1
+                try:
+                    value = self._run_trial(trial, spec)
+                except KeyboardInterrupt:
+                    self._fail(trial, "interrupted by the user")
+                    raise StudyInterrupted(
+                        f"study stopped by the user; {len(measured)} configuration(s) measured are kept in "
+                        f"{self.paths.storage} (continue with --resume)."
+                    ) from None
+                if value is None:
+                    failures += 1
+                    if failures >= config.max_consecutive_failures:
+                        stop_reason = (
+                            f"{failures} trials in a row failed; the last: "
+                            f"{self.study.trials[-1].user_attrs.get('fail_reason')}"
+                        )
+                        break
+                    continue
+                failures = 0
+                measured[key] = trial.number
+        return StudyOutcome(
+            study=self.study, space=self.space, stop_reason=stop_reason, new_trials=new_trials, restarts=restarts
+        )
+
+    def _collapse_note(self) -> str:
+        if not self.engine.has_draft_sample_method:
+            return f"{self.engine.name} has no draft sampling choice: draft_sample_method is not searched."
+        return (
+            "temperature is 0: greedy and probabilistic drafting are identical there, so draft_sample_method "
+            "is not searched (no restart is spent telling them apart)."
+        )
+
+    def _queued(self) -> bool:
+        return any(t.state == optuna.trial.TrialState.WAITING for t in self.study.get_trials(deepcopy=False))
+
+    def _measured_keys(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            key = trial.user_attrs.get("key")
+            if key is not None and "reused_from" not in trial.user_attrs:
+                out.setdefault(key, trial.number)
+        return out
+
+    def _reuse(self, trial: optuna.Trial, source_number: int) -> None:
+        source = self.study.trials[source_number]
+        for name, value in source.user_attrs.items():
+            if name not in ("key", "spec"):
+                trial.set_user_attr(name, value)
+        trial.set_user_attr("reused_from", source_number)
+        self.study.tell(trial, source.value)
+        self.emit("reused", {"trial": trial.number, "source": source_number})
+
+    def _fail(self, trial: optuna.Trial, reason: str) -> None:
+        trial.set_user_attr("fail_reason", reason)
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self.emit("failed", {"trial": trial.number, "reason": reason})
+
+    def _run_trial(self, trial: optuna.Trial, spec: SpeculativeConfig | None) -> float | None:
+        config = self.config
+        number = trial.number
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        log_path = self.paths.logs / f"trial-{number:04d}.log"
+        server = TrialServer(config.server, self.engine, log_path=log_path, ask_user=self.ask_user)
+        self.emit("starting", {"trial": number, "spec": spec})
+        record: dict[str, Any] = {
+            "trial": number,
+            "spec": None if spec is None else spec.to_json(),
+            "log": str(log_path),
+        }
+        try:
+            try:
+                started = server.start(spec, trial=number)
+            except LaunchError as exc:
+                self._fail(trial, f"server did not start: {exc}")
+                return None
+            record["startup_s"] = started.startup_s
+            record["boot"] = asdict(started.boot)
+            trial.set_user_attr("startup_s", round(started.startup_s, 3))
+            trial.set_user_attr("boot", asdict(started.boot))
+            measurements: dict[str, Measurement] = {}
+            for name, workload in self.workloads.items():
+                self.emit("measuring", {"trial": number, "workload": name})
+                measurements[name] = run_measure(
+                    self._measure_settings(started.url), workload, on_event=self._relay(number, name)
+                )
+                record.setdefault("workloads", {})[name] = measurement_to_dict(measurements[name])
+                crashed = server.crashed()
+                if crashed or measurements[name].error:
+                    self._write_record(number, record)
+                    self._fail(trial, crashed or f"measurement failed: {measurements[name].error}")
+                    return None
+        finally:
+            with contextlib.suppress(SpecsweepError):
+                server.stop()
+        self._write_record(number, record)
+        trial.set_user_attr("record", f"trials/trial-{number:04d}.json")
+        summary = _summarize(measurements)
+        trial.set_user_attr("results", summary)
+        objective, constraints, reason = self._objective(summary)
+        trial.set_user_attr("constraints", constraints)
+        if objective is None:
+            self._fail(trial, reason or "no successful requests")
+            return None
+        self.study.tell(trial, objective)
+        self.emit("done", {"trial": number, "value": objective, "spec": spec, "results": summary})
+        return objective
+
+    def _relay(self, number: int, workload: str) -> Callable[[str, dict[str, Any]], None]:
+        def relay(kind: str, data: dict[str, Any]) -> None:
+            self.emit(f"measure.{kind}", {**data, "trial": number, "workload": workload})
+
+        return relay
+
+    def _measure_settings(self, url: str) -> MeasureSettings:
+        m = self.config.measure
+        return MeasureSettings(
+            endpoint=url,
+            model=self.config.server.model,
+            engine=self.engine.name if self.engine.name != "emulator" else "vllm",
+            api=self.config.server.api,
+            concurrency=m.concurrency,
+            requests=m.requests,
+            warmup=m.warmup,
+            max_tokens=m.max_tokens,
+            temperature=m.temperature,
+            api_key=self.api_key,
+            seed=self.config.seed,
+            timeout_s=m.timeout_s,
+        )
+
+    def _objective(self, summary: dict[str, Any]) -> tuple[float | None, list[float], str | None]:
+        """Weighted aggregate tok/s at the target concurrency; constraint values (<= 0 is feasible)."""
+        objective = self.config.objective
+        level = str(objective.concurrency)
+        total = weight_sum = 0.0
+        constraints: list[float] = []
+        for name, weight in self.config.workloads.items():
+            row = summary.get(name, {}).get(level)
+            if row is None or row["output_tokens_per_s"] is None:
+                return None, [1.0], f"no successful requests for workload {name} at concurrency {level}"
+            total += weight * row["output_tokens_per_s"]
+            weight_sum += weight
+            constraints.append(float(row["errors"] - objective.max_errors))
+            if objective.max_ttft_p95_s is not None:
+                constraints.append(float((row["ttft_p95_s"] or 0.0) - objective.max_ttft_p95_s))
+        return total / weight_sum, constraints, None
+
+    def _write_record(self, number: int, record: dict[str, Any]) -> None:
+        write_json_atomic(self.paths.trials / f"trial-{number:04d}.json", record)
+
+
+def _summarize(measurements: dict[str, Measurement]) -> dict[str, Any]:
+    """The compact per-workload, per-concurrency figures kept in the trial's attributes."""
+    out: dict[str, Any] = {}
+    for name, measurement in measurements.items():
+        levels: dict[str, Any] = {}
+        for level in measurement.levels:
+            s = level.summary
+            acceptance = s.acceptance
+            levels[str(s.concurrency)] = {
+                "output_tokens_per_s": s.output_tokens_per_s,
+                "decode_tokens_per_s_p50": s.decode_tokens_per_s_per_stream.p50
+                if s.decode_tokens_per_s_per_stream
+                else None,
+                "ttft_p95_s": s.ttft_s.p95 if s.ttft_s else None,
+                "errors": s.errors,
+                "requests": s.requests,
+                "server_generation_tokens_per_s": s.server_generation_tokens_per_s,
+                "per_position": list(acceptance.per_position) if acceptance else None,
+                "accepted_per_position": list(level.delta.accepted_per_position or ())
+                if level.delta and acceptance
+                else None,
+                "num_drafts": acceptance.num_drafts if acceptance else None,
+                "mean_acceptance_length": acceptance.mean_acceptance_length if acceptance else None,
+            }
+        out[name] = levels
+    return out
