@@ -10,6 +10,7 @@ import typer
 from specsweep import __version__
 from specsweep.cli import emulate, measure, study, workloads
 from specsweep.errors import SpecsweepError
+from specsweep.tuning.study import StudyInterrupted
 
 app = typer.Typer(
     name="specsweep",
@@ -45,6 +46,9 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)  # returns the code of a typer.Exit
         sys.exit(code if isinstance(code, int) else 0)
+    except StudyInterrupted as exc:
+        print(f"specsweep: {exc}", file=sys.stderr)
+        sys.exit(130)
     except SpecsweepError as exc:
         print(f"specsweep: error: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -88,7 +88,7 @@ def measure(
                 progress.update(tasks[level], advance=1, rate=live)
 
         result = run_measure(settings, loaded, on_event=on_event)
-    out = Console()
+    out = Console(soft_wrap=True)
     print_measurement(out, result)
     if json_path is not None:
         write_json_atomic(json_path, measurement_to_dict(result))

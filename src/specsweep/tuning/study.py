@@ -168,12 +168,15 @@ class StudyRunner:
         self.api_key = api_key_from_env(config.server.api_key_env)
         self.study = open_study(config, paths, resume=resume, space=self.space)
         self.ask_user = ask_user
+        # On the emulator, rates and times are reported in modelled (real-hardware) units.
+        self.time_scale = config.server.emulator.time_scale if config.server.mode == "emulator" else 1.0
 
     def run(self, *, max_trials: int | None = None) -> StudyOutcome:
         config = self.config
         budget = max_trials if max_trials is not None else config.trials
         deadline = time.monotonic() + config.wall_time_s if config.wall_time_s else None
         measured = self._measured_keys()
+        failed: dict[str, int] = {}  # configurations that failed in this run: not retried in it
         new_trials = restarts = failures = 0
         stop_reason = ""
         if self.space.methods_collapsed and len(config.search.draft_sample_method) > 1:
@@ -186,8 +189,10 @@ class StudyRunner:
                 if deadline is not None and time.monotonic() >= deadline:
                     stop_reason = f"wall-time budget reached ({config.wall_time_s:.0f} s)"
                     break
-                if len(measured) >= self.space.size() and not self._queued():
-                    stop_reason = f"every configuration in the space was measured ({self.space.size()})"
+                if len(measured) + len(failed) >= self.space.size() and not self._queued():
+                    stop_reason = (
+                        f"every configuration in the space was tried ({len(measured)} measured, {len(failed)} failed)"
+                    )
                     break
                 trial = self.study.ask()
                 params = {name: trial.suggest_categorical(name, values) for name, values in self.space.grid().items()}
@@ -204,6 +209,10 @@ class StudyRunner:
                 if key in measured:
                     self._reuse(trial, measured[key])
                     continue
+                if key in failed:
+                    trial.set_user_attr("fail_reason", f"failed in trial {failed[key]}; not retried in this run")
+                    self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                    continue
                 restarts += 1
                 try:
                     value = self._run_trial(trial, spec)
@@ -214,11 +223,12 @@ class StudyRunner:
                         f"{self.paths.storage} (continue with --resume)."
                     ) from None
                 if value is None:
+                    failed[key] = trial.number
                     failures += 1
                     if failures >= config.max_consecutive_failures:
                         stop_reason = (
                             f"{failures} trials in a row failed; the last: "
-                            f"{self.study.trials[-1].user_attrs.get('fail_reason')}"
+                            f"{self.study.trials[trial.number].user_attrs.get('fail_reason')}"
                         )
                         break
                     continue
@@ -300,7 +310,7 @@ class StudyRunner:
                 server.stop()
         self._write_record(number, record)
         trial.set_user_attr("record", f"trials/trial-{number:04d}.json")
-        summary = _summarize(measurements)
+        summary = _summarize(measurements, self.time_scale)
         trial.set_user_attr("results", summary)
         objective, constraints, reason = self._objective(summary)
         trial.set_user_attr("constraints", constraints)
@@ -355,27 +365,33 @@ class StudyRunner:
         write_json_atomic(self.paths.trials / f"trial-{number:04d}.json", record)
 
 
-def _summarize(measurements: dict[str, Measurement]) -> dict[str, Any]:
-    """The compact per-workload, per-concurrency figures kept in the trial's attributes."""
+def _summarize(measurements: dict[str, Measurement], time_scale: float = 1.0) -> dict[str, Any]:
+    """The compact per-workload, per-concurrency figures kept in the trial's attributes.
+
+    Rates are divided and times multiplied by ``time_scale`` (the emulator's), so they read in
+    the modelled hardware's units.
+    """
+
+    def rate(value: float | None) -> float | None:
+        return None if value is None else value / time_scale
+
     out: dict[str, Any] = {}
     for name, measurement in measurements.items():
         levels: dict[str, Any] = {}
         for level in measurement.levels:
             s = level.summary
             acceptance = s.acceptance
+            decode = s.decode_tokens_per_s_per_stream
+            per_pos_counts = level.delta.accepted_per_position if level.delta and acceptance else None
             levels[str(s.concurrency)] = {
-                "output_tokens_per_s": s.output_tokens_per_s,
-                "decode_tokens_per_s_p50": s.decode_tokens_per_s_per_stream.p50
-                if s.decode_tokens_per_s_per_stream
-                else None,
-                "ttft_p95_s": s.ttft_s.p95 if s.ttft_s else None,
+                "output_tokens_per_s": rate(s.output_tokens_per_s),
+                "decode_tokens_per_s_p50": rate(decode.p50) if decode else None,
+                "ttft_p95_s": s.ttft_s.p95 * time_scale if s.ttft_s else None,
                 "errors": s.errors,
                 "requests": s.requests,
-                "server_generation_tokens_per_s": s.server_generation_tokens_per_s,
+                "server_generation_tokens_per_s": rate(s.server_generation_tokens_per_s),
                 "per_position": list(acceptance.per_position) if acceptance else None,
-                "accepted_per_position": list(level.delta.accepted_per_position or ())
-                if level.delta and acceptance
-                else None,
+                "accepted_per_position": list(per_pos_counts) if per_pos_counts else None,
                 "num_drafts": acceptance.num_drafts if acceptance else None,
                 "mean_acceptance_length": acceptance.mean_acceptance_length if acceptance else None,
             }

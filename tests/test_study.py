@@ -1,0 +1,248 @@
+"""`specsweep study` end to end on the emulator, and the study loop's failure handling."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from specsweep.config import parse_study_config
+from specsweep.engines.vllm import parse_speculative_config
+from specsweep.errors import ConfigError
+from specsweep.runtime.trial_server import placeholder_values, render_command
+from specsweep.tuning.study import StudyRunner, study_paths
+
+from .conftest import print_truth
+
+
+def specsweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specsweep", *args], capture_output=True, text=True, cwd=cwd, timeout=600, check=False
+    )
+
+
+def true_best(workload: str, concurrency: int, k_max: int) -> tuple[int, str]:
+    """The emulator's true best (k, draft method) at the profile's reference temperature, k = 0 meaning off."""
+    rates = {(0, "off"): print_truth("--concurrency", str(concurrency))[workload]["levels"][0]["output_tokens_per_s"]}
+    for k in range(1, k_max + 1):
+        for method in ("greedy", "probabilistic"):
+            config = json.dumps({"num_speculative_tokens": k, "draft_sample_method": method})
+            truth = print_truth("--speculative-config", config, "--concurrency", str(concurrency))
+            rates[(k, method)] = truth[workload]["levels"][0]["output_tokens_per_s"]
+    return max(rates, key=rates.__getitem__)
+
+
+def emulator_processes(marker: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "emulate" in cmdline and marker in cmdline:
+                found.append(cmdline)
+    return found
+
+
+def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = specsweep("study", "--workload", "technical", cwd=tmp_path)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert "Running on the built-in emulator" in out
+    assert elapsed < 180  # about a minute on 2 cores; the bound leaves room for a loaded machine
+    best = {}
+    for level in (1, 4):
+        match = re.search(rf"technical at concurrency {level}: k=(\d+) (\w+)", out)
+        assert match, out
+        best[level] = (int(match.group(1)), match.group(2))
+        assert best[level] == true_best("technical", level, 5)
+    assert best[1][0] < 5  # shorter than the report's k = 5
+    snippet = re.search(r"--speculative-config '(.+)'", out)
+    assert json.loads(snippet.group(1))["num_speculative_tokens"] == best[1][0]
+    parse_speculative_config(snippet.group(1))
+    folder = tmp_path / "studies" / "emulator-technical"
+    assert (folder / "study.db").is_file()
+    assert len(list((folder / "trials").glob("trial-*.json"))) == 11
+    assert emulator_processes("--time-scale 100.0") == []
+
+
+def small_study(tmp_path: Path, **overrides) -> dict:
+    data = {
+        "study": {"name": "t", "max_consecutive_failures": 2},
+        "server": {
+            "engine": "emulator",
+            "ready_timeout_s": 30,
+            "stop_grace_s": 5,
+            "emulator": {"time_scale": 200, "seed": 4242, "extra_args": ["--startup-seconds", "0"]},
+        },
+        "search": {"num_speculative_tokens": [1, 4], "fixed": {"method": "dspark"}},
+        "workloads": {"prose": 1.0},
+        "measure": {"concurrency": [1], "requests": 2, "max_tokens": 60, "temperature": 0.0},
+    }
+    for table, values in overrides.items():
+        data.setdefault(table, {}).update(values)
+    return data
+
+
+def test_boot_failures_fail_the_trial_and_the_study_goes_on(tmp_path: Path) -> None:
+    data = small_study(tmp_path)
+    data["server"]["emulator"]["extra_args"] += ["--fail-boot-above-k", "3"]
+    config = parse_study_config(data)
+    events = []
+    runner = StudyRunner(config, study_paths(config, tmp_path), on_event=lambda kind, d: events.append((kind, d)))
+    outcome = runner.run()
+    assert any(kind == "note" and "temperature is 0" in d["text"] for kind, d in events)
+    states = {t.user_attrs["key"]: t for t in outcome.study.trials}
+    failed = [t for t in outcome.study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert len(failed) == 1 and "OutOfMemoryError" in failed[0].user_attrs["fail_reason"]
+    assert json.loads(failed[0].user_attrs["spec"])["num_speculative_tokens"] == 4
+    assert len([t for t in outcome.study.trials if t.state == optuna.trial.TrialState.COMPLETE]) == 4
+    assert "off" in states and outcome.restarts == 5  # temperature 0: one draft method, no restart spent on both
+    assert emulator_processes("--seed 4242") == []
+
+
+def test_consecutive_failures_stop_the_study(tmp_path: Path) -> None:
+    data = small_study(tmp_path, search={"no_speculation": False})
+    data["server"]["emulator"]["extra_args"] += ["--fail-boot-above-k", "0"]
+    config = parse_study_config(data)
+    outcome = StudyRunner(config, study_paths(config, tmp_path)).run()
+    assert "2 trials in a row failed" in outcome.stop_reason and "OutOfMemoryError" in outcome.stop_reason
+
+
+def test_interrupt_keeps_the_measured_trials_and_resume_finishes(tmp_path: Path) -> None:
+    config_file = tmp_path / "s.toml"
+    config_file.write_text(
+        """
+[study]
+name = "interrupted"
+[server]
+engine = "emulator"
+stop_grace_s = 5
+[server.emulator]
+time_scale = 100
+seed = 4343
+extra_args = ["--startup-seconds", "0"]
+[search]
+num_speculative_tokens = [1, 3]
+fixed = { method = "dspark" }
+[workloads]
+prose = 1.0
+[measure]
+concurrency = [1]
+requests = 3
+max_tokens = 300
+temperature = 0.0
+"""
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specsweep", "study", "--config", str(config_file)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    for line in process.stdout:  # wait until one trial is done and the next has started
+        lines.append(line)
+        if line.startswith("trial   1"):
+            break
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "stopped by the user" in err and "--resume" in err and "Traceback" not in err
+    assert emulator_processes("--seed 4343") == []
+    storage = f"sqlite:///{tmp_path / 'studies' / 'interrupted' / 'study.db'}"
+    study = optuna.load_study(study_name="interrupted", storage=storage)
+    states = [t.state for t in study.trials]
+    assert optuna.trial.TrialState.COMPLETE in states and optuna.trial.TrialState.FAIL in states
+    result = specsweep("study", "--config", str(config_file), "--resume", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    study = optuna.load_study(study_name="interrupted", storage=storage)
+    keys = {t.user_attrs["key"] for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE}
+    assert len(keys) == 4  # off, k = 1, 2, 3: everything measured once the resumed run ends
+    again = specsweep("study", "--config", str(config_file), cwd=tmp_path)
+    assert again.returncode == 1 and "--resume" in again.stderr
+
+
+def test_placeholders_cannot_inject_commands(tmp_path: Path) -> None:
+    spec = parse_speculative_config(
+        '{"method":"draft_model","model":"m\\"; touch /tmp/pwned; echo \\"","num_speculative_tokens":2}'
+    )
+    values = placeholder_values(
+        host="127.0.0.1", port=8000, spec=spec, spec_args=["--speculative-config", spec.to_json()],
+        model="$(touch /tmp/pwned) `id`", trial=1,
+    )  # fmt: skip
+    argv = render_command(("vllm", "serve", "{model}", "--port", "{port}", "{spec_args}"), values)
+    assert argv == [
+        "vllm",
+        "serve",
+        "$(touch /tmp/pwned) `id`",
+        "--port",
+        "8000",
+        "--speculative-config",
+        spec.to_json(),
+    ]
+    shell = render_command("printf '%s\\n' {model} {spec_args}", values)
+    out = subprocess.run(shell, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["$(touch /tmp/pwned) `id`", "--speculative-config", spec.to_json()]
+    assert not Path("/tmp/pwned").exists()
+
+
+@pytest.mark.parametrize(
+    ("table", "values", "message"),
+    [
+        ("study", {"name": "bad name!"}, "study.name"),
+        ("study", {"sampler": "cmaes"}, "study.sampler"),
+        ("study", {"trials": 0}, "study.trials"),
+        ("study", {"colour": "red"}, "unknown key study.colour"),
+        ("server", {"engine": "tgi"}, "server.engine"),
+        ("server", {"engine": "vllm"}, "server.start is required"),
+        ("server", {"engine": "vllm", "start": ["vllm", "serve", "--port", "{prot}"]}, "unknown placeholder {prot}"),
+        ("server", {"engine": "vllm", "start": ["vllm", "--x={spec_args}"]}, "list element of its own"),
+        ("server", {"engine": "vllm", "mode": "commands", "start": "docker start v"}, "server.stop is required"),
+        ("search", {"num_speculative_tokens": [3, 1]}, "search.num_speculative_tokens"),
+        ("search", {"draft_sample_method": ["gumbel"]}, "draft_sample_method"),
+        ("search", {"fixed": {"num_speculative_tokens": 3}}, "may not name"),
+        ("search", {"baseline": {"method": "mtp"}}, "search.baseline"),
+        ("measure", {"concurrency": [1, 1]}, "twice"),
+        ("measure", {"temperature": 3.0}, "temperature"),
+        ("objective", {"concurrency": 8}, "objective.concurrency"),
+        ("workloads", {"prose": -1}, "workloads.prose"),
+    ],
+)
+def test_bad_study_files_name_the_key(tmp_path: Path, table: str, values: dict, message: str) -> None:
+    data = small_study(tmp_path)
+    if table == "server":
+        data["server"] = {k: v for k, v in data["server"].items() if k != "emulator"}
+    data.setdefault(table, {}).update(values)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_study_config(data, source="s.toml")
+
+
+def test_config_reference_documents_every_key() -> None:
+    from specsweep.config import KNOWN_KEYS
+
+    text = (Path(__file__).parents[1] / "docs" / "study-config.md").read_text()
+    documented = set(re.findall(r"^\| `([A-Za-z0-9_.]+)` \|", text, flags=re.M))
+    expected = {f"{table}.{key}" for table, keys in KNOWN_KEYS.items() for key in keys} | {"workloads.NAME"}
+    assert documented == expected
+
+
+def test_example_studies_parse() -> None:
+    from specsweep.config import load_study_config
+
+    examples = sorted((Path(__file__).parents[1] / "studies").glob("*.toml"))
+    assert len(examples) >= 4
+    for path in examples:
+        load_study_config(path)
