@@ -81,6 +81,7 @@ class StartedServer:
     """A server that answered its readiness check."""
 
     url: str
+    argv: tuple[str, ...]  # what was run (empty in attach mode)
     startup_s: float
     boot: BootFacts
     log_path: Path
@@ -114,6 +115,7 @@ class TrialServer:
         )
         url = f"http://{config.host}:{port}"
         started = time.monotonic()
+        argv: list[str] = []
         if config.mode == "attach":
             shown = " ".join(shlex.quote(a) for a in spec_args) or "(speculation off: no spec flags)"
             self.ask_user(f"Restart the server at {url} with: {shown}\nPress Enter when it is starting (or ready).")
@@ -124,7 +126,11 @@ class TrialServer:
         self._wait_ready(url + config.ready_path)
         startup = time.monotonic() - started
         return StartedServer(
-            url=url, startup_s=startup, boot=self.engine.parse_boot_facts(self.log()), log_path=self.log_path
+            url=url,
+            argv=tuple(argv),
+            startup_s=startup,
+            boot=self.engine.parse_boot_facts(self.log()),
+            log_path=self.log_path,
         )
 
     def _argv(self, port: int, spec: SpeculativeConfig | None) -> list[str]:

@@ -290,6 +290,8 @@ class StudyRunner:
                 self._fail(trial, f"server did not start: {exc}")
                 return None
             record["startup_s"] = started.startup_s
+            record["argv"] = list(started.argv)
+            trial.set_user_attr("argv", list(started.argv))
             record["boot"] = asdict(started.boot)
             trial.set_user_attr("startup_s", round(started.startup_s, 3))
             trial.set_user_attr("boot", asdict(started.boot))

@@ -1,0 +1,125 @@
+"""Real llama.cpp `llama-server` with Gemma 3 270M and a real Q2_K draft model, on the CPU.
+
+Built and cached by scripts/setup-real-engines; skipped locally when missing (run with
+SPECSWEEP_SKIP_REAL_ENGINES unset to build), required in CI.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from itertools import pairwise
+from pathlib import Path
+
+import optuna
+import pytest
+
+from specsweep.config import parse_study_config
+from specsweep.runtime.launcher import ServerProcess, free_port
+from specsweep.runtime.measure import MeasureSettings, run_measure
+from specsweep.tuning.study import StudyRunner, study_paths
+from specsweep.workload import load_workload
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
+
+
+def llama_argv(engines, port: int | str, spec_args: list[str]) -> list[str]:
+    return [
+        engines.llama_server, "-m", engines.target, "--host", "127.0.0.1", "--port", str(port),
+        "-c", "4096", "-t", "2", "-np", "1", "--metrics", "--no-webui", *spec_args,
+    ]  # fmt: skip
+
+
+def test_measured_acceptance_matches_the_servers_own_timings(real_engines, tmp_path: Path) -> None:
+    port = free_port()
+    spec_args = ["-md", real_engines.draft, "--spec-type", "draft-simple", "--spec-draft-n-max", "4"]
+    with ServerProcess(llama_argv(real_engines, port, spec_args), log_path=tmp_path / "llama.log") as server:
+        server.wait_ready(f"http://127.0.0.1:{port}/health", timeout_s=120)
+        settings = MeasureSettings(
+            endpoint=f"http://127.0.0.1:{port}", api="completions", concurrency=(1,), requests=3, warmup=1,
+            max_tokens=64, temperature=0.0,
+        )  # fmt: skip
+        measurement = run_measure(settings, load_workload("prose"))
+    assert measurement.engine == "llama.cpp"
+    level = measurement.levels[0]
+    summary = level.summary
+    assert summary.errors == 0, level.notes
+    assert all(r.completion_tokens == 64 or r.stopped_early for r in level.records)
+    # Counter differences over the window and the per-request timings agree exactly.
+    client = summary.client_acceptance
+    assert client is not None and client.drafted_tokens > 0
+    assert level.delta.num_draft_tokens == client.drafted_tokens
+    assert level.delta.num_accepted_tokens == client.accepted_tokens
+    assert summary.acceptance.draft_acceptance_rate == pytest.approx(client.draft_acceptance_rate)
+    per_position = summary.acceptance.per_position
+    assert len(per_position) == 4 and all(b <= a for a, b in pairwise(per_position))
+    assert summary.acceptance.mean_acceptance_length == pytest.approx(
+        1 + level.delta.num_accepted_tokens / level.delta.num_drafts
+    )
+    # llama.cpp streams one token per chunk even under speculation: usage and chunks agree here.
+    assert sum(r.num_chunks for r in level.records) == sum(r.completion_tokens for r in level.records)
+
+
+@pytest.mark.parametrize(
+    ("fixed", "k_range"),
+    [
+        ({"method": "draft_model"}, [2, 4]),
+        ({"method": "ngram", "prompt_lookup_min": 3, "prompt_lookup_max": 3}, [2, 6]),
+    ],
+    ids=["draft-model", "ngram"],
+)
+def test_study_sweeps_draft_length_on_real_llama_server(real_engines, tmp_path: Path, fixed: dict, k_range) -> None:
+    if fixed["method"] == "draft_model":
+        fixed = {**fixed, "model": real_engines.draft}
+    data = {
+        "study": {"name": "llama", "max_consecutive_failures": 2},
+        "server": {
+            "engine": "llama.cpp",
+            "mode": "process",
+            "api": "completions",
+            "ready_timeout_s": 120,
+            "stop_grace_s": 10,
+            "start": llama_argv(real_engines, "{port}", ["{spec_args}"]),
+        },
+        "search": {"num_speculative_tokens": k_range, "fixed": fixed},
+        "workloads": {"technical": 1.0},
+        "measure": {"concurrency": [1], "requests": 2, "warmup": 1, "max_tokens": 48, "temperature": 0.0},
+    }
+    config = parse_study_config(data)
+    outcome = StudyRunner(config, study_paths(config, tmp_path)).run()
+    complete = [t for t in outcome.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert {t.user_attrs["key"] for t in complete} >= {"off"}
+    assert len(complete) == 1 + k_range[1] - k_range[0] + 1, [
+        t.user_attrs.get("fail_reason") for t in outcome.study.trials
+    ]
+    for trial in complete:
+        row = trial.user_attrs["results"]["technical"]["1"]
+        assert row["output_tokens_per_s"] > 0 and row["errors"] == 0
+        k = trial.params["num_speculative_tokens"]
+        argv = trial.user_attrs["argv"]
+        if k:
+            # the server ran with the draft length the trial asked for, and drafted
+            flag = "--spec-draft-n-max" if fixed["method"] == "draft_model" else "--spec-ngram-simple-size-m"
+            assert argv[argv.index(flag) + 1] == str(k)
+            if fixed["method"] == "draft_model":
+                assert row["num_drafts"] and len(row["per_position"]) == k
+            elif row["num_drafts"]:  # n-gram lookup drafts only where the text repeats itself
+                assert len(row["per_position"]) == k
+        else:
+            assert "--spec-type" not in argv and row["per_position"] is None
+
+
+def test_cli_measure_on_real_llama_server(real_engines, tmp_path: Path) -> None:
+    port = free_port()
+    spec_args = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "4"]
+    with ServerProcess(llama_argv(real_engines, port, spec_args), log_path=tmp_path / "llama.log") as server:
+        server.wait_ready(f"http://127.0.0.1:{port}/health", timeout_s=120)
+        result = subprocess.run(
+            [sys.executable, "-m", "specsweep", "measure", "--endpoint", f"http://127.0.0.1:{port}",
+             "--workload", "technical", "--api", "completions", "--concurrency", "1", "--requests", "2",
+             "--max-tokens", "48"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "engine llama.cpp" in result.stdout and "single stream" in result.stdout
+    assert "per-request timings" in result.stdout
