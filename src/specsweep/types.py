@@ -99,6 +99,7 @@ class RequestRecord:
     completion_tokens: int | None = None
     num_chunks: int = 0  # chunks that carried content
     chunk_tokens: tuple[int, ...] | None = None  # tokens per content chunk (continuous usage)
+    chunk_times_s: tuple[float, ...] | None = None  # arrival of each content chunk, from the start
     finish_reason: str | None = None
     draft_n: int | None = None  # llama.cpp timings: drafted tokens
     draft_n_accepted: int | None = None  # llama.cpp timings: accepted drafted tokens

@@ -55,7 +55,8 @@ class LevelSummary:
     stopped_early: int
     wall_s: float
     output_tokens: int
-    output_tokens_per_s: float | None
+    output_tokens_per_s: float | None  # all tokens over the whole wall-clock window
+    saturated_output_tokens_per_s: float | None  # while every stream was busy (no ramp-down tail)
     decode_tokens_per_s_per_stream: Spread | None
     ttft_s: Spread | None
     prefill_tokens_per_s: Spread | None
@@ -91,6 +92,7 @@ def summarize_level(
     wall_s: float,
     delta: CounterDelta | None,
     gauge_accept_length: float | None = None,
+    window: tuple[float, float] | None = None,
 ) -> LevelSummary:
     """Fold a level's request records and its counter delta into a LevelSummary."""
     ok = [r for r in records if r.ok]
@@ -128,6 +130,7 @@ def summarize_level(
         wall_s=wall_s,
         output_tokens=output_tokens,
         output_tokens_per_s=client_rate,
+        saturated_output_tokens_per_s=saturated_rate(ok, window) if window else None,
         decode_tokens_per_s_per_stream=spread(decode),
         ttft_s=spread(ttft),
         prefill_tokens_per_s=spread(prefill),
@@ -140,6 +143,24 @@ def summarize_level(
         client_acceptance=client_acceptance(ok),
         gauge_accept_length=gauge_accept_length,
     )
+
+
+def saturated_rate(records: Sequence[RequestRecord], window: tuple[float, float]) -> float | None:
+    """Tokens that arrived inside ``window`` (perf_counter times) per second of it.
+
+    A closed loop of N streams runs at full concurrency from its start until the first stream
+    runs out of requests; after that the remaining streams finish one by one, a ramp-down tail
+    that the server's steady state does not have. Needs per-chunk token counts (continuous usage).
+    """
+    start, end = window
+    if end <= start or not records or any(r.chunk_times_s is None or r.chunk_tokens is None for r in records):
+        return None
+    tokens = 0
+    for record in records:
+        for offset, count in zip(record.chunk_times_s or (), record.chunk_tokens or (), strict=True):
+            if start <= record.started_at + offset <= end:
+                tokens += count
+    return tokens / (end - start)
 
 
 def client_acceptance(records: Sequence[RequestRecord]) -> ClientAcceptance | None:

@@ -122,7 +122,10 @@ def _print_level(out: Console, level: LevelResult) -> None:
     out.print(f"\n[bold]{label}[/bold]  ({m.requests} requests, {m.errors} failed, {m.wall_s:.1f} s)")
     decode, ttft = m.decode_tokens_per_s_per_stream, m.ttft_s
     if m.output_tokens_per_s is not None:
-        out.print(f"  {m.output_tokens_per_s:8.1f} tok/s aggregate output, wall clock")
+        busy = ""
+        if m.saturated_output_tokens_per_s is not None and m.concurrency > 1:
+            busy = f" ({m.saturated_output_tokens_per_s:.1f} while all {m.concurrency} streams were busy)"
+        out.print(f"  {m.output_tokens_per_s:8.1f} tok/s aggregate output, wall clock{busy}")
     if decode is not None:
         out.print(
             f"  {decode.p50:8.1f} tok/s decode per stream (p50; {_range(decode.min, decode.max)} across requests)"

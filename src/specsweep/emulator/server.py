@@ -258,6 +258,7 @@ class EmulatorApi:
         )[:-1]  # the shared fields, as an unclosed JSON object
         emitted = 0
         first_write: float | None = None
+        last_write = 0.0
         finish: str | None = None
         while finish is None:
             emission: Emission = await seq.outbox.get()
@@ -275,13 +276,13 @@ class EmulatorApi:
             emitted += emission.num_tokens
             delta: Any = {"content": emission.text} if parsed.chat else emission.text
             parts.append(self._chunk(head, parsed, delta, finish, prompt_tokens, emitted))
-            await response.write("".join(parts).encode())
             if first_write is None:
                 first_write = time.perf_counter()
+            last_write = time.perf_counter()
+            await response.write("".join(parts).encode())
         tail = ""
         if parsed.include_usage:
             tail = f'data: {head},"choices":[],"usage":{_compact(_usage(prompt_tokens, emitted))}}}\n\n'
-        last_write = time.perf_counter()
         await response.write((tail + "data: [DONE]\n\n").encode())
         await response.write_eof()
         if self.trace is not None:

@@ -128,6 +128,7 @@ class _StreamTracker:
     """Folds SSE lines into a RequestRecord; cheap per chunk (one json.loads)."""
 
     __slots__ = (
+        "chunk_times",
         "chunk_tokens",
         "done",
         "draft_n",
@@ -150,6 +151,7 @@ class _StreamTracker:
         self.last: float | None = None
         self.num_chunks = 0
         self.chunk_tokens: list[int] | None = []
+        self.chunk_times: list[float] = []
         self.usage_tokens: int | None = None
         self.prompt_tokens: int | None = None
         self.finish_reason: str | None = None
@@ -206,6 +208,7 @@ class _StreamTracker:
             if self.first is None:
                 self.first = now
             self.last = now
+            self.chunk_times.append(now - self.started)
             if self.chunk_tokens is not None:
                 if usage is not None and self.usage_tokens is not None:
                     self.chunk_tokens.append(self.usage_tokens - (previous or 0))
@@ -240,6 +243,7 @@ class _StreamTracker:
             completion_tokens=self.usage_tokens if error is None else None,
             num_chunks=self.num_chunks,
             chunk_tokens=tuple(self.chunk_tokens) if self.chunk_tokens else None,
+            chunk_times_s=tuple(self.chunk_times) if self.chunk_tokens else None,
             finish_reason=self.finish_reason,
             draft_n=self.draft_n,
             draft_n_accepted=self.draft_n_accepted,

@@ -23,6 +23,7 @@ class LevelRun:
     started_at: float
     ended_at: float
     records: tuple[RequestRecord, ...]
+    saturated_until: float | None = None  # closed loop: when the first stream ran out of requests
 
     @property
     def wall_s(self) -> float:
@@ -60,6 +61,7 @@ async def run_closed_loop(
     """Keep ``concurrency`` requests in flight until ``requests`` have been sent and answered."""
     counter = itertools.count()
     records: list[RequestRecord] = []
+    saturated_until: list[float] = []
 
     async def worker() -> None:
         while next(counter) < requests:
@@ -67,11 +69,18 @@ async def run_closed_loop(
             records.append(record)
             if on_done is not None:
                 on_done(record)
+        saturated_until.append(time.perf_counter())
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(min(concurrency, requests))))
     ended = time.perf_counter()
-    return LevelRun(concurrency=concurrency, started_at=started, ended_at=ended, records=tuple(records))
+    return LevelRun(
+        concurrency=concurrency,
+        started_at=started,
+        ended_at=ended,
+        records=tuple(records),
+        saturated_until=min(saturated_until) if saturated_until else None,
+    )
 
 
 async def run_open_loop(

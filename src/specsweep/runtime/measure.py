@@ -200,9 +200,11 @@ async def _measure_level(
         delta = counter_delta(before, after, engine.counters)
         if engine.name == "sglang":
             gauge = after.total(sglang.ACCEPT_LENGTH_GAUGE)
+    window = (run.started_at, run.saturated_until) if run.saturated_until else None
     summary = summarize_level(
-        run.records, concurrency=run.concurrency, wall_s=run.wall_s, delta=delta, gauge_accept_length=gauge
-    )
+        run.records, concurrency=run.concurrency, wall_s=run.wall_s, delta=delta, gauge_accept_length=gauge,
+        window=window,
+    )  # fmt: skip
     notes = _level_notes(before, after, note or after_note, engine, delta)
     if summary.foreign_tokens:
         notes.append(

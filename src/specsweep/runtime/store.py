@@ -33,6 +33,7 @@ def measurement_to_dict(measurement: Measurement) -> dict[str, Any]:
         start = min((r.started_at for r in level.records), default=0.0)
         for record in level.records:
             row = asdict(record)
+            del row["chunk_times_s"]  # thousands of numbers per level; the summary keeps what they give
             row["started_at"] = record.started_at - start  # seconds from the level's first request
             records.append(row)
         levels.append({**summary, "notes": list(level.notes), "records": records})

@@ -386,7 +386,9 @@ def _summarize(measurements: dict[str, Measurement], time_scale: float = 1.0) ->
             decode = s.decode_tokens_per_s_per_stream
             per_pos_counts = level.delta.accepted_per_position if level.delta and acceptance else None
             levels[str(s.concurrency)] = {
-                "output_tokens_per_s": rate(s.output_tokens_per_s),
+                # at full concurrency when known: the ramp-down tail of a closed loop is not the server's
+                "output_tokens_per_s": rate(s.saturated_output_tokens_per_s or s.output_tokens_per_s),
+                "wall_clock_output_tokens_per_s": rate(s.output_tokens_per_s),
                 "decode_tokens_per_s_p50": rate(decode.p50) if decode else None,
                 "ttft_p95_s": s.ttft_s.p95 * time_scale if s.ttft_s else None,
                 "errors": s.errors,
