@@ -83,19 +83,34 @@ class RealEngines:
     draft: str
 
 
-def _real_engines() -> RealEngines | None:
-    """Paths of the engines scripts/setup-real-engines built, from the environment or its env file."""
-    names = ("SPECSWEEP_LLAMA_SERVER", "SPECSWEEP_GEMMA_TARGET", "SPECSWEEP_GEMMA_DRAFT")
+def _cached_env(names: tuple[str, ...]) -> dict[str, str] | None:
+    """Values from the environment, else from the file scripts/setup-real-engines writes; None if
+    any is missing or names a path that does not exist."""
     values = {name: os.environ.get(name) for name in names}
     env_file = Path(os.environ.get("SPECSWEEP_CACHE", Path.home() / ".cache" / "specsweep")) / "real-engines.env"
     if not all(values.values()) and env_file.is_file():
         for line in env_file.read_text().splitlines():
-            if line.startswith("export ") and "=" in line:
-                key, _, value = line[len("export ") :].partition("=")
-                if key in names:
-                    values[key] = value.strip('"')
+            key, _, value = line.removeprefix("export ").partition("=")
+            if key in names:
+                values[key] = value.strip('"')
     if not all(values.values()) or not all(Path(v).exists() for v in values.values()):
         return None
+    return values  # type: ignore[return-value]
+
+
+def _require(message: str, *, skip_flag: str | None = None) -> None:
+    required = os.environ.get("SPECSWEEP_REQUIRE_REAL_ENGINES") == "1"
+    if required and not (skip_flag and os.environ.get(skip_flag) == "1"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def real_engines() -> RealEngines:
+    """The real llama.cpp engine, or a skip (a failure when SPECSWEEP_REQUIRE_REAL_ENGINES=1, as in CI)."""
+    values = _cached_env(("SPECSWEEP_LLAMA_SERVER", "SPECSWEEP_GEMMA_TARGET", "SPECSWEEP_GEMMA_DRAFT"))
+    if values is None:
+        _require("real engines not built: run scripts/setup-real-engines")
     return RealEngines(
         llama_server=values["SPECSWEEP_LLAMA_SERVER"],
         target=values["SPECSWEEP_GEMMA_TARGET"],
@@ -103,13 +118,16 @@ def _real_engines() -> RealEngines | None:
     )
 
 
+@dataclass
+class RealVllm:
+    python: str
+    model_dir: str
+
+
 @pytest.fixture(scope="session")
-def real_engines() -> RealEngines:
-    """The real engines, or a skip (a failure when SPECSWEEP_REQUIRE_REAL_ENGINES=1, as in CI)."""
-    found = _real_engines()
-    if found is None:
-        message = "real engines not built: run scripts/setup-real-engines"
-        if os.environ.get("SPECSWEEP_REQUIRE_REAL_ENGINES") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
+def real_vllm() -> RealVllm:
+    """vLLM's CPU build and Gemma 3 270M in bf16, from scripts/setup-real-engines (skip or fail as above)."""
+    values = _cached_env(("SPECSWEEP_VLLM_PYTHON", "SPECSWEEP_GEMMA_HF"))
+    if values is None:
+        _require("vLLM CPU not installed: run scripts/setup-real-engines", skip_flag="SPECSWEEP_SKIP_VLLM_CPU")
+    return RealVllm(python=values["SPECSWEEP_VLLM_PYTHON"], model_dir=values["SPECSWEEP_GEMMA_HF"])

@@ -246,3 +246,73 @@ def test_example_studies_parse() -> None:
     assert len(examples) >= 4
     for path in examples:
         load_study_config(path)
+
+
+def test_commands_mode_and_attach_mode_drive_a_real_server(tmp_path: Path) -> None:
+    """Start/stop commands (as for docker or ssh) and attach mode, with the emulator as the server."""
+    from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
+
+    port = free_port()
+    emulator = (
+        f"{sys.executable} -m specsweep emulate --host 127.0.0.1 --port {{port}} --startup-seconds 0 --time-scale 200"
+    )
+    marker = f"[-]-port {port} "  # a regex that does not match the shell running it
+    data = small_study(
+        tmp_path,
+        search={"num_speculative_tokens": [2, 2], "no_speculation": True},
+    )
+    data["server"] = {
+        "engine": "vllm",
+        "mode": "commands",
+        "port": port,
+        "ready_timeout_s": 30,
+        "stop_grace_s": 5,
+        "start": emulator + " {spec_args} --seed 4444",
+        "stop": f"pkill -TERM -f -- '{marker}'",
+        "wait_free": f"! pgrep -f -- '{marker}'",
+    }
+    config = parse_study_config(data)
+    outcome = StudyRunner(config, study_paths(config, tmp_path)).run()
+    complete = [t for t in outcome.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert {t.user_attrs["key"] for t in complete} == {"off", '{"method":"dspark","num_speculative_tokens":2}'}
+    assert emulator_processes("--seed 4444") == []
+
+    # attach mode: the "user" restarts the server when asked
+    attach_port = free_port()
+    data["server"] = {"engine": "vllm", "mode": "attach", "port": attach_port, "ready_timeout_s": 30}
+    data["study"]["name"] = "attached"
+    config = parse_study_config(data)
+    servers: list[ServerProcess] = []
+    asked: list[str] = []
+
+    def restart_by_hand(message: str) -> None:
+        asked.append(message)
+        for server in servers:
+            server.stop(grace_s=5)
+        spec = re.search(r"--speculative-config (\S+)", message)
+        argv = emulator_argv(
+            port=attach_port, speculative_config=spec.group(1).strip("'") if spec else None, time_scale=200,
+            seed=4545, extra=["--startup-seconds", "0"],
+        )  # fmt: skip
+        servers.append(ServerProcess(argv, log_path=tmp_path / f"attach-{len(servers)}.log"))
+        servers[-1].start()
+
+    try:
+        outcome = StudyRunner(config, study_paths(config, tmp_path), ask_user=restart_by_hand).run()
+    finally:
+        for server in servers:
+            server.stop(grace_s=5)
+    assert len(asked) == 2 and "speculation off" in asked[0] and "num_speculative_tokens" in asked[1]
+    assert len([t for t in outcome.study.trials if t.state == optuna.trial.TrialState.COMPLETE]) == 2
+
+
+def test_slo_constraints_mark_configurations_infeasible(tmp_path: Path) -> None:
+    from specsweep.tuning.recommend import best_overall, measured_configs
+
+    data = small_study(tmp_path, search={"num_speculative_tokens": [1, 1]}, objective={"max_ttft_p95_s": 1e-6})
+    config = parse_study_config(data)
+    outcome = StudyRunner(config, study_paths(config, tmp_path)).run()
+    configs = measured_configs(outcome.study)
+    assert len(configs) == 2 and not any(c.feasible for c in configs)
+    assert best_overall(configs) is None
+    assert all(t.user_attrs["constraints"][1] > 0 for t in outcome.study.trials)

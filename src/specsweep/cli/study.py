@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -94,13 +95,15 @@ def study(
             f"time scale {chosen.server.emulator.time_scale:g}): figures are modelled, not your hardware's. "
             "Point --config at a study file to tune a real server."
         )
-    runner = StudyRunner(chosen, paths, resume=resume, on_event=_printer(out, chosen))
+    status = out.status("opening the study")
+    runner = StudyRunner(chosen, paths, resume=resume, on_event=_printer(out, status))
     out.print(
         f"study [bold]{chosen.name}[/bold]: {runner.space.size()} distinct configurations, sampler {chosen.sampler}, "
         f"workloads {', '.join(chosen.workloads)}, concurrency {list(chosen.measure.concurrency)}, "
         f"temperature {chosen.measure.temperature:g}; storage {paths.storage}"
     )
-    outcome = runner.run(max_trials=trials)
+    with status:
+        outcome = runner.run(max_trials=trials)
     out.print(f"\nstopped: {outcome.stop_reason} ({outcome.restarts} server restarts this run)")
     print_recommendation(out, outcome, chosen)
 
@@ -111,22 +114,39 @@ def _describe(spec: Any) -> str:
     return f"k={spec.num_speculative_tokens} {spec.draft_sample_method}"
 
 
-def _printer(out: Console, config: StudyConfig):
-    """Progress lines, one per trial."""
+def _printer(out: Console, status: Any):
+    """One line per trial; a transient status line with the phase and live tok/s on a terminal."""
+    tokens: dict[str, float] = {}
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
+        trial = data.get("trial")
         if kind == "note":
             out.print(f"note: {data['text']}")
+        elif kind == "starting":
+            status.update(f"trial {trial}: starting the server ({_describe(data['spec'])})")
+        elif kind == "ready":
+            status.update(f"trial {trial}: server ready after {data['startup_s']:.1f} s")
+        elif kind == "measure.warmup":
+            status.update(f"trial {trial}: {data['workload']} warming up at concurrency {data['concurrency']}")
+            tokens.clear()
+        elif kind == "measure.level":
+            tokens["start"] = time.monotonic()
+            tokens["count"] = 0
+        elif kind == "measure.request":
+            tokens["count"] = tokens.get("count", 0) + (data["record"].completion_tokens or 0)
+            elapsed = time.monotonic() - tokens.get("start", time.monotonic())
+            live = f", {tokens['count'] / elapsed:,.0f} tok/s wall clock" if elapsed > 0 else ""
+            status.update(f"trial {trial}: {data['workload']} measuring concurrency {data['concurrency']}{live}")
         elif kind == "done":
             rates = "; ".join(
                 f"{w} " + ", ".join(f"{row['output_tokens_per_s']:.1f} at {c}" for c, row in levels.items())
                 for w, levels in data["results"].items()
             )
-            out.print(f"trial {data['trial']:3d}  {_describe(data['spec']):22s} {rates} tok/s")
+            out.print(f"trial {trial:3d}  {_describe(data['spec']):22s} {rates} tok/s")
         elif kind == "failed":
-            out.print(f"trial {data['trial']:3d}  [red]failed[/red]: {data['reason']}")
+            out.print(f"trial {trial:3d}  [red]failed[/red]: {data['reason']}")
         elif kind == "reused":
-            out.print(f"trial {data['trial']:3d}  same server as trial {data['source']}: result reused, no restart")
+            out.print(f"trial {trial:3d}  same server as trial {data['source']}: result reused, no restart")
 
     return on_event
 
@@ -165,3 +185,26 @@ def print_recommendation(out: Console, outcome: StudyOutcome, config: StudyConfi
         f"{_describe(best.spec)} (trial {best.trial}, {best.objective:.1f} tok/s)"
     )
     out.print(render_snippet(best.spec, fmt))
+    _print_boot(out, best, on_emulator=config.server.engine == "emulator")
+
+
+def _print_boot(out: Console, best: Any, *, on_emulator: bool) -> None:
+    """What the recommended configuration's server said at boot."""
+    boot = best.boot
+    facts = []
+    if best.startup_s is not None:
+        facts.append(f"started in {best.startup_s:.1f} s" + (" (wall clock, time-scaled)" if on_emulator else ""))
+    if boot.get("kv_cache_tokens"):
+        facts.append(f"KV cache {boot['kv_cache_tokens']:,} tokens")
+    if boot.get("max_concurrency"):
+        facts.append(f"max concurrency {boot['max_concurrency']:.2f}x")
+    if boot.get("memory_suggestions"):
+        shown = ", ".join(f"{x:.4f}" for x in boot["memory_suggestions"])
+        facts.append(
+            f"--gpu-memory-utilization suggestions per rank {shown} (the pool is the minimum over ranks: "
+            f"use the largest, {boot['binding_memory_suggestion']:.4f})"
+        )
+    if boot.get("fp8_default_kernel_warning"):
+        facts.append("the log warns that the default FP8 kernel config is used (a tuned one may be faster)")
+    if facts:
+        out.print("boot: " + "; ".join(facts))

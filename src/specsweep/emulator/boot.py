@@ -15,7 +15,6 @@ from aiohttp import web
 from specsweep.emulator.engine import Engine, EngineStats
 from specsweep.emulator.profile import Profile
 from specsweep.emulator.server import EmulatorApi
-from specsweep.engines import vllm
 from specsweep.errors import ConfigError
 from specsweep.types import SpeculativeConfig
 
@@ -244,6 +243,3 @@ def _snapshot(stats: EngineStats) -> tuple[int, int, int, int, int, tuple[int, .
         stats.num_accepted_tokens,
         tuple(stats.accepted_per_pos),
     )
-
-
-__all__ = ["EmulatorSettings", "run_emulator", "vllm"]

@@ -103,6 +103,10 @@ class Engine:
         self._cdfs: dict[tuple[str, float, int], list[float]] = {}
 
     # -- requests -------------------------------------------------------------------------
+    def tokens_in_cache(self, draft_tokens: int) -> int:
+        """KV slots the running sequences hold: prompt, generated tokens and the draft buffer."""
+        return sum(s.prompt_tokens + s.generated + draft_tokens for s in self._running)
+
     @property
     def num_running(self) -> int:
         return len(self._running)

@@ -69,7 +69,7 @@ class EmulatorApi:
     def kv_usage(self) -> float:
         k = self.engine.spec.num_speculative_tokens if self.engine.spec else 0
         pool = self.profile.kv_cache_tokens(k or 0)
-        used = sum(s.prompt_tokens + s.generated + (k or 0) for s in self.engine._running)
+        used = self.engine.tokens_in_cache(k or 0)
         return min(1.0, used / pool) if pool else 0.0
 
     def app(self) -> web.Application:

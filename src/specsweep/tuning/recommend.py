@@ -28,6 +28,8 @@ class MeasuredConfig:
     objective: float
     feasible: bool
     results: dict[str, Any]  # workload -> concurrency (str) -> figures
+    boot: dict[str, Any]  # boot facts read from the server's log
+    startup_s: float | None
 
     def rate(self, workload: str, concurrency: int) -> float | None:
         row = self.results.get(workload, {}).get(str(concurrency))
@@ -64,6 +66,8 @@ def measured_configs(study: optuna.Study) -> list[MeasuredConfig]:
                 objective=float(trial.value or 0.0),
                 feasible=all(c <= 0 for c in attrs.get("constraints", [0.0])),
                 results=attrs["results"],
+                boot=attrs.get("boot", {}),
+                startup_s=attrs.get("startup_s"),
             )
         )
     return out

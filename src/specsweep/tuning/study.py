@@ -292,9 +292,11 @@ class StudyRunner:
             record["startup_s"] = started.startup_s
             record["argv"] = list(started.argv)
             trial.set_user_attr("argv", list(started.argv))
-            record["boot"] = asdict(started.boot)
+            boot = {**asdict(started.boot), "binding_memory_suggestion": started.boot.binding_memory_suggestion}
+            record["boot"] = boot
             trial.set_user_attr("startup_s", round(started.startup_s, 3))
-            trial.set_user_attr("boot", asdict(started.boot))
+            trial.set_user_attr("boot", boot)
+            self.emit("ready", {"trial": number, "startup_s": started.startup_s, "boot": boot})
             measurements: dict[str, Measurement] = {}
             for name, workload in self.workloads.items():
                 self.emit("measuring", {"trial": number, "workload": name})
