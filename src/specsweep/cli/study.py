@@ -22,7 +22,7 @@ from specsweep.config import (
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.report.snippets import render_snippet
 from specsweep.tuning.recommend import best_overall, measured_configs, pick_best
-from specsweep.tuning.study import StudyOutcome, StudyRunner, study_paths
+from specsweep.tuning.study import StudyOutcome, StudyRunner, study_exists, study_paths
 
 # The default study: the emulator's default profile (the DGX Spark field report), the report's
 # current configuration as the baseline, draft lengths 1 to 5 with both draft methods at the
@@ -88,6 +88,10 @@ def study(
         chosen = replace(chosen, name=study_name)
     out = Console(soft_wrap=True)
     paths = study_paths(chosen, studies_dir, storage)
+    if config is None and not resume and study_exists(chosen.name, paths.storage):
+        # The built-in demo picks up where it left off instead of refusing to run twice.
+        out.print(f"study {chosen.name} exists in {paths.storage}: continuing it (--study-name NAME starts afresh)")
+        resume = True
     on_emulator = chosen.server.engine == "emulator"
     if on_emulator:
         out.print(

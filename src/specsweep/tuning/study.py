@@ -87,11 +87,18 @@ def study_temperature(config: StudyConfig) -> float:
     return config.measure.temperature
 
 
+def study_exists(name: str, storage: str) -> bool:
+    """Whether ``storage`` already holds a study called ``name`` (a missing SQLite file holds none)."""
+    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+        return False
+    return name in {s.study_name for s in optuna.get_all_study_summaries(storage)}
+
+
 def open_study(config: StudyConfig, paths: StudyPaths, *, resume: bool, space: Space) -> optuna.Study:
     """Create the study, or load it with ``resume``; trials left RUNNING by a killed run are failed."""
     if paths.storage.startswith("sqlite:///"):
         paths.folder.mkdir(parents=True, exist_ok=True)
-    exists = config.name in {s.study_name for s in optuna.get_all_study_summaries(paths.storage)}
+    exists = study_exists(config.name, paths.storage)
     if exists and not resume:
         raise ConfigError(
             f"study {config.name!r} already exists in {paths.storage}; add --resume to continue it, "
