@@ -50,7 +50,9 @@ def test_vllm_cpu_study_sweeps_ngram_length_and_survives_a_boot_failure(real_vll
     assert methods == {"off", "ngram"}, [t.user_attrs.get("fail_reason") for t in trials]
     assert len(complete) == 2
     assert failed and all(json.loads(t.user_attrs["spec"])["method"] == "draft_model" for t in failed)
+    # the one-line reason is vLLM's root cause, not the last line of its traceback
     assert all("server did not start" in t.user_attrs["fail_reason"] for t in failed)
+    assert all("same kv cache group" in t.user_attrs["fail_reason"] for t in failed)
     for trial in complete:
         row = trial.user_attrs["results"]["technical"]["1"]
         assert row["output_tokens_per_s"] > 0 and row["errors"] == 0

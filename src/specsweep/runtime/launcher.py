@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -28,6 +29,27 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+_ERROR_LINE = re.compile(r"\b[\w.]*(?:Error|Exception): .+")
+
+
+def failure_reason(path: Path) -> str:
+    """The error lines of a log that explain a failure (the first is usually the root cause), or its tail."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    errors: list[str] = []
+    for line in text.splitlines():
+        if "WARNING" in line:  # warnings quote errors that did not happen
+            continue
+        match = _ERROR_LINE.search(line)
+        if match and match.group(0) not in errors:
+            errors.append(match.group(0).strip())
+    if not errors:
+        return log_tail(path)
+    return errors[0] if len(errors) == 1 else f"{errors[0]} | {errors[-1]}"
 
 
 def log_tail(path: Path, lines: int = 8) -> str:
@@ -82,7 +104,7 @@ class ServerProcess:
             code = self.exit_code()
             if code is None:
                 return None
-            return f"the server exited with code {code} before it was ready: {log_tail(self.log_path)}"
+            return f"the server exited with code {code} before it was ready: {failure_reason(self.log_path)}"
 
         wait_until_ready(url, timeout_s=timeout_s, poll_s=poll_s, dead=exited, log_path=self.log_path)
         return time.monotonic() - (self.started_at or time.monotonic())

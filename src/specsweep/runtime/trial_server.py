@@ -26,7 +26,7 @@ from pathlib import Path
 from specsweep.config import ServerConfig
 from specsweep.engines.registry import EngineInfo
 from specsweep.errors import LaunchError, ReadyTimeoutError
-from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port, log_tail, wait_until_ready
+from specsweep.runtime.launcher import ServerProcess, emulator_argv, failure_reason, free_port, wait_until_ready
 from specsweep.types import BootFacts, SpeculativeConfig
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
@@ -168,7 +168,7 @@ class TrialServer:
         code = self._process.exit_code()
         if code is None:
             return None
-        return f"the server exited with code {code}: {log_tail(self.log_path, 3)}"
+        return f"the server exited with code {code}: {failure_reason(self.log_path)}"
 
     def stop(self) -> None:
         """Stop the server (stop command, then the process group) and wait until resources are free."""
