@@ -8,9 +8,6 @@ import shlex
 from specsweep.engines import llamacpp, sglang
 from specsweep.types import SpeculativeConfig
 
-FORMATS = ("vllm", "vllm-yaml", "json", "llama.cpp", "sglang")
-
-
 def render_snippet(spec: SpeculativeConfig | None, fmt: str = "vllm") -> str:
     """The flags (or file fragment) that set ``spec`` on the server; speculation off when None."""
     if fmt == "vllm":

@@ -83,10 +83,6 @@ def _constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
     return list(trial.user_attrs.get("constraints", [0.0]))
 
 
-def study_temperature(config: StudyConfig) -> float:
-    return config.measure.temperature
-
-
 def study_exists(name: str, storage: str) -> bool:
     """Whether ``storage`` already holds a study called ``name`` (a missing SQLite file holds none)."""
     if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
