@@ -8,6 +8,7 @@ import shlex
 from specsweep.engines import llamacpp, sglang
 from specsweep.types import SpeculativeConfig
 
+
 def render_snippet(spec: SpeculativeConfig | None, fmt: str = "vllm") -> str:
     """The flags (or file fragment) that set ``spec`` on the server; speculation off when None."""
     if fmt == "vllm":
