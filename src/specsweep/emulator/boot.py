@@ -161,6 +161,8 @@ async def _serve(settings: EmulatorSettings) -> int:
     except OSError as exc:
         log.error("OSError: [Errno %s] could not bind %s:%d: %s", exc.errno, settings.host, settings.port, exc.strerror)
         await runner.cleanup()
+        if trace is not None:
+            trace.close()
         return 1
     engine_task = asyncio.create_task(engine.run())
     stats_task = asyncio.create_task(_log_stats(engine, api, scale)) if settings.log_stats else None
