@@ -41,7 +41,7 @@ def truth_rate(streams: int) -> float:
          "--max-num-seqs", str(streams)],
         check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
-    return json.loads(out)["prose"]["levels"][0]["output_tokens_per_s"]
+    return json.loads(out)["prose"]["levels"][0]["decode_tokens_per_s"]
 
 
 async def drive(url: str, model: str, streams: int, requests: int, max_tokens: int) -> dict[str, float]:

@@ -112,7 +112,8 @@ def test_truth_is_the_throughput_identity() -> None:
             assert k == (4 if level.concurrency == 1 else 2)
             assert level.batch_size == min(level.concurrency, profile.max_num_seqs)
             expected = expected_tokens_per_step(t.per_position, k)
-            assert level.output_tokens_per_s == pytest.approx(level.batch_size * expected / level.step_time_s)
+            assert level.decode_tokens_per_s == pytest.approx(level.batch_size * expected / level.step_time_s)
+            assert level.output_tokens_per_s < level.decode_tokens_per_s  # prefill and idle slots cost
         assert content in ("prose", "technical")
 
 
@@ -138,3 +139,25 @@ def test_second_profile_has_a_different_best_draft_length() -> None:
     assert len(names) >= 2
     firsts = {name: best_k(name, "prose", 1, 10) for name in names}
     assert len(set(firsts.values())) > 1, firsts
+
+
+def test_closed_loop_truth_tends_to_the_decode_rate_for_long_requests() -> None:
+    """Prefill and idle slots are paid once per request: with long requests and short prompts the
+    closed-loop rate approaches B * E(k) / T(k, B); with short requests it falls well below it."""
+    from specsweep.emulator.model import closed_loop_tokens_per_s
+
+    profile = load_profile()
+    config = spec('{"num_speculative_tokens":3,"draft_sample_method":"probabilistic"}')
+    curve = acceptance_curve(profile, "prose", config, 0.6)
+    for concurrency in (1, 4, 8):
+        batch = min(concurrency, profile.max_num_seqs)
+        decode = batch * expected_tokens_per_step(curve) / step_time_s(profile, config, 3, batch)
+        long_run = closed_loop_tokens_per_s(profile, config, curve, concurrency, max_tokens=10**6, prompt_tokens=1)
+        short = closed_loop_tokens_per_s(profile, config, curve, concurrency, max_tokens=50, prompt_tokens=2000)
+        assert long_run == pytest.approx(decode, rel=1e-3)
+        assert short < 0.7 * decode
+    # one stream: one request overhead + one prefill + D steps, with D from renewal theory
+    off = closed_loop_tokens_per_s(profile, None, [], 1, max_tokens=101, prompt_tokens=300)
+    per_request = profile.timing.request_overhead_s + 300 / profile.timing.prefill_tokens_per_s
+    per_request += (100 + 0.5) * step_time_s(profile, None, 0, 1)
+    assert off == pytest.approx(101 / per_request)

@@ -263,5 +263,5 @@ def test_print_truth_matches_the_model() -> None:
     levels = truth["prose"]["levels"]
     assert [lv["concurrency"] for lv in levels] == [1, 4, 8]
     assert levels[2]["batch_size"] == 4  # max_num_seqs of the profile
-    rates = [lv["output_tokens_per_s"] for lv in levels]
+    rates = [lv["decode_tokens_per_s"] for lv in levels]
     assert rates[0] == pytest.approx(40.4, rel=0.01) and rates[1] == pytest.approx(66.7, rel=0.05)

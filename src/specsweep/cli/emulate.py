@@ -11,10 +11,12 @@ import typer
 
 from specsweep.config import parse_concurrency
 from specsweep.emulator.boot import EmulatorSettings, run_emulator
-from specsweep.emulator.model import compute_truth
+from specsweep.emulator.content import count_tokens
+from specsweep.emulator.model import DEFAULT_PROMPT_TOKENS, compute_truth
 from specsweep.emulator.profile import DEFAULT_PROFILE, bundled_profile_names, load_profile
 from specsweep.engines.vllm import parse_speculative_config
 from specsweep.errors import ConfigError
+from specsweep.workload import bundled_workload_names, load_workload, new_nonce
 
 
 def emulate(
@@ -37,6 +39,10 @@ def emulate(
     concurrency: str = typer.Option("1,4", help="With --print-truth: concurrency levels, e.g. 1,4,16."),
     temperature: float = typer.Option(
         None, min=0.0, max=2.0, help="With --print-truth: sampling temperature (default: the profile's reference)."
+    ),
+    max_tokens: int = typer.Option(600, min=1, help="With --print-truth: max_tokens of each request."),
+    prompt_tokens: int = typer.Option(
+        None, min=1, help="With --print-truth: prompt tokens per request (default: the bundled workload's mean)."
     ),
     trace: Path = typer.Option(None, help="Append each stream's chunk write times (JSON lines) to this file."),
     list_profiles: bool = typer.Option(False, "--list-profiles", help="List the bundled profiles and exit."),
@@ -80,7 +86,8 @@ def emulate(
     if print_truth:
         levels = parse_concurrency(concurrency)
         temp = rig.reference_temperature if temperature is None else temperature
-        truth = compute_truth(rig, spec, temp, levels)
+        prompts = {name: prompt_tokens or _workload_prompt_tokens(name) for name in rig.classes}
+        truth = compute_truth(rig, spec, temp, levels, max_tokens=max_tokens, prompt_tokens=prompts)
         json.dump({name: asdict(value) for name, value in truth.items()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
@@ -97,3 +104,13 @@ def emulate(
         trace_path=str(trace) if trace else None,
     )
     raise typer.Exit(run_emulator(settings))
+
+
+def _workload_prompt_tokens(content_class: str) -> int:
+    """Mean prompt tokens (the emulator's count, nonce included) of the bundled workload named
+    like the content class; the model's default when there is none."""
+    if content_class not in bundled_workload_names():
+        return DEFAULT_PROMPT_TOKENS
+    prompts = load_workload(content_class).prompts
+    counts = [count_tokens("".join(str(m.get("content") or "") for m in p.chat_messages(new_nonce()))) for p in prompts]
+    return round(sum(counts) / len(counts))

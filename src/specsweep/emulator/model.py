@@ -19,10 +19,11 @@ StepTiming's T(k, B) modelled seconds; a step that admits new requests also pays
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from specsweep.analysis.acceptance import (
+    accepted_length_distribution,
     conditional_from_unconditional,
     expected_tokens_per_step,
     unconditional_from_conditional,
@@ -104,12 +105,20 @@ def prefill_time_s(profile: Profile, prompt_tokens: int) -> float:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LevelTruth:
-    """Steady-state behaviour at one concurrency level (modelled time, TTFT excluded)."""
+    """Expected behaviour at one concurrency level, in modelled time.
+
+    ``decode_tokens_per_s`` is the steady state of decoding alone (B * E(k) / T(k, B)).
+    ``output_tokens_per_s`` is what a closed loop of ``concurrency`` streams sending requests of
+    the class's request shape (prompt tokens, max_tokens) gets: each request also pays its
+    prefill in a step every stream shares, a step in which it is admitted and does not decode,
+    and (while streams <= max_num_seqs) a step in which its slot waits for the next request.
+    """
 
     concurrency: int
     batch_size: int  # sequences per step: concurrency capped by max_num_seqs
     num_speculative_tokens: int  # k in force at that batch size
     step_time_s: float
+    decode_tokens_per_s: float
     output_tokens_per_s: float
 
 
@@ -119,6 +128,8 @@ class ClassTruth:
 
     per_position: list[float]
     expected_tokens_per_step: float
+    prompt_tokens: int
+    max_tokens: int
     levels: list[LevelTruth]
 
 
@@ -127,11 +138,18 @@ def compute_truth(
     spec: SpeculativeConfig | None,
     temperature: float,
     concurrency_levels: Sequence[int],
+    *,
+    max_tokens: int = 600,
+    prompt_tokens: Mapping[str, int] | None = None,
 ) -> dict[str, ClassTruth]:
-    """The ground truth the emulator's behaviour converges to, per content class."""
+    """The ground truth the emulator's behaviour converges to, per content class.
+
+    ``prompt_tokens`` gives each class's mean prompt length (default 400 tokens).
+    """
     out: dict[str, ClassTruth] = {}
     for name in profile.classes:
         per_position = acceptance_curve(profile, name, spec, temperature)
+        prompt = (prompt_tokens or {}).get(name, DEFAULT_PROMPT_TOKENS)
         levels = []
         for concurrency in concurrency_levels:
             batch = min(concurrency, profile.max_num_seqs)
@@ -144,12 +162,71 @@ def compute_truth(
                     batch_size=batch,
                     num_speculative_tokens=k,
                     step_time_s=step,
-                    output_tokens_per_s=batch * expected / step,
+                    decode_tokens_per_s=batch * expected / step,
+                    output_tokens_per_s=closed_loop_tokens_per_s(
+                        profile, spec, per_position, concurrency, max_tokens=max_tokens, prompt_tokens=prompt
+                    ),
                 )
             )
         out[name] = ClassTruth(
             per_position=per_position,
             expected_tokens_per_step=expected_tokens_per_step(per_position),
+            prompt_tokens=prompt,
+            max_tokens=max_tokens,
             levels=levels,
         )
     return out
+
+
+DEFAULT_PROMPT_TOKENS = 400
+
+
+def closed_loop_tokens_per_s(
+    profile: Profile,
+    spec: SpeculativeConfig | None,
+    per_position: Sequence[float],
+    concurrency: int,
+    *,
+    max_tokens: int,
+    prompt_tokens: int,
+) -> float:
+    """Expected aggregate output tok/s of a closed loop of ``concurrency`` streams.
+
+    A request's first token comes from the step that admits it (which pays its prefill and in
+    which it does not decode); it then needs D decode steps for the other max_tokens - 1, with
+    E[D] = (M - 1) / mu + E[X^2] / (2 mu^2) for X = A + 1 tokens per step (renewal theory).
+    A slot is thus idle for one step per request while streams <= max_num_seqs (its client is
+    sending the next request) plus the admitting step; each step's batch is B minus the idle
+    slots, taken as Binomial(B, q) with q the idle share. One stream alone idles the engine
+    instead, for the request overhead. Natural early stops are not modelled (rare at M << the
+    profile's median output length).
+    """
+    batch = min(concurrency, profile.max_num_seqs)
+    prefill = prefill_time_s(profile, prompt_tokens)
+    per_step: dict[int, tuple[float, float, float]] = {}  # b -> (step time, mean X, mean X^2)
+    for b in range(0, batch + 1):
+        k = spec.k_for_batch_size(b) if spec is not None and b else 0
+        curve = list(per_position)[:k]
+        probs = accepted_length_distribution(curve) if k else [1.0]
+        mean_x = sum((j + 1) * p for j, p in enumerate(probs))
+        mean_x2 = sum((j + 1) ** 2 * p for j, p in enumerate(probs))
+        per_step[b] = (step_time_s(profile, spec, k, b), mean_x, mean_x2)
+    decode_tokens = max_tokens - 1
+    if batch == 1:
+        step, mean_x, mean_x2 = per_step[1]
+        steps = decode_tokens / mean_x + mean_x2 / (2 * mean_x**2) if decode_tokens else 0.0
+        return max_tokens / (profile.timing.request_overhead_s + prefill + steps * step)
+    idle_steps = 2 if concurrency <= profile.max_num_seqs else 1
+    mean_x, mean_x2 = per_step[batch][1], per_step[batch][2]
+    for _ in range(20):  # fixed point: the idle share depends on D, D on the batch mix
+        steps = decode_tokens / mean_x + mean_x2 / (2 * mean_x**2) if decode_tokens else 0.0
+        q = idle_steps / (steps + idle_steps)
+        weights = [math.comb(batch, batch - b) * q ** (batch - b) * (1 - q) ** b for b in range(batch + 1)]
+        decoding = sum(w * b for w, b in zip(weights, range(batch + 1), strict=True))
+        mean_x = sum(w * b * per_step[b][1] for w, b in zip(weights, range(batch + 1), strict=True)) / decoding
+        mean_x2 = sum(w * b * per_step[b][2] for w, b in zip(weights, range(batch + 1), strict=True)) / decoding
+    mean_step_s = sum(w * per_step[b][0] for w, b in zip(weights, range(batch + 1), strict=True))
+    # Per step: decoding * mean_x decode tokens, so decode_tokens / that requests' worth of
+    # decoding; each request adds one prefill to the shared timeline.
+    requests_per_step = decoding * mean_x / decode_tokens if decode_tokens else batch
+    return requests_per_step * max_tokens / (mean_step_s + requests_per_step * prefill)
