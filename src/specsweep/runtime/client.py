@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from specsweep.errors import ConfigError
-from specsweep.runtime.transport import AiohttpTransport
+from specsweep.runtime.transport import ARRIVALS, AiohttpTransport
 from specsweep.types import RequestRecord
 from specsweep.workload import WorkloadPrompt, new_nonce
 
@@ -111,12 +111,22 @@ class StreamingClient:
                     return tracker.record(
                         prompt_id, max_tokens, error=f"HTTP {response.status_code}: {_error_message(text)}"
                     )
+                # Arrival times from the transport's socket callbacks when it has them,
+                # else the time each piece is read, before any parsing.
+                arrivals = response.extensions.get(ARRIVALS)
                 pending = b""
                 async for data in response.aiter_bytes():
-                    received = time.perf_counter()  # stamp on arrival, before parsing
-                    *lines, pending = (pending + data).split(b"\n")
-                    if any(tracker.feed(line, received) for line in lines):
-                        break
+                    read_at = time.perf_counter()
+                    buffer, base, start = pending + data, len(pending), 0
+                    while (end := buffer.find(b"\n", start)) >= 0:
+                        arrived = arrivals.at(end - base) if arrivals is not None else read_at
+                        if tracker.feed(buffer[start:end], arrived):
+                            break
+                        start = end + 1
+                    else:
+                        pending = buffer[start:]
+                        continue
+                    break
         except httpx.TimeoutException as exc:
             return tracker.record(prompt_id, max_tokens, error=f"timeout: {type(exc).__name__}")
         except (httpx.TransportError, httpx.StreamError) as exc:
