@@ -48,9 +48,8 @@ def test_vllm_forms_carry_the_exact_config(fmt: str, spec) -> None:
 
 
 def test_the_report_s_example_form() -> None:
-    assert render_snippet(DSPARK, "vllm") == (
-        """--speculative-config '{"method":"dspark","num_speculative_tokens":3,"draft_sample_method":"probabilistic"}'"""
-    )
+    expected = '{"method":"dspark","num_speculative_tokens":3,"draft_sample_method":"probabilistic"}'
+    assert render_snippet(DSPARK, "vllm") == f"--speculative-config '{expected}'"
 
 
 @given(path=st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), min_size=1, max_size=30))
