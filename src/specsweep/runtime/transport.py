@@ -121,13 +121,17 @@ class _AiohttpStream(httpx.AsyncByteStream):
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """Sends httpx requests through one aiohttp session (connections pooled and kept alive)."""
 
-    def __init__(self, *, timeout_s: float = 600.0, connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, *, timeout_s: float = 600.0, connect_timeout_s: float = 10.0, stamp_arrivals: bool = True
+    ) -> None:
+        """``stamp_arrivals=False`` leaves arrival times to the reader (bench/client_overhead.py compares)."""
         self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=timeout_s)
+        self._connector_class = _StampingConnector if stamp_arrivals else aiohttp.TCPConnector
         self._session: aiohttp.ClientSession | None = None
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = _StampingConnector(limit=0, force_close=False, enable_cleanup_closed=True)
+            connector = self._connector_class(limit=0, force_close=False, enable_cleanup_closed=True)
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=self._timeout, auto_decompress=False, skip_auto_headers=("User-Agent",)
             )
