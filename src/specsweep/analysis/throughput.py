@@ -277,15 +277,17 @@ def _record(concurrency, drafter, points, a, b, covariance, sd, df, basis, wide)
 def step_time_draws(fit: StepTimeFit, ks: Sequence[int], *, draws: int, rng: np.random.Generator) -> np.ndarray:
     """Draws of T at each k, shape (draws, len(ks)): measured points by their own noise, the line elsewhere."""
     out = np.empty((draws, len(ks)))
+    # With the noise estimated from df residuals, deviations follow Student's t, not the normal.
+    scale = np.sqrt(fit.residual_df / rng.chisquare(fit.residual_df, size=draws)) if fit.residual_df > 0 else 1.0
     if fit.wide_band:
         anchor = fit.points[0]
         t1 = anchor.step_time_s * (1 + fit.relative_sd / math.sqrt(anchor.observations) * rng.standard_normal(draws))
         slope = rng.uniform(0.0, 2 * fit.slope_s_per_token, size=draws)
         intercept = t1 - slope * anchor.num_speculative_tokens
     else:
-        coef = rng.multivariate_normal(
-            [fit.intercept_s, fit.slope_s_per_token], fit.covariance, size=draws, method="eigh"
-        )
+        centre = np.array([fit.intercept_s, fit.slope_s_per_token])
+        deviation = rng.multivariate_normal([0.0, 0.0], fit.covariance, size=draws, method="eigh")
+        coef = centre + deviation * np.atleast_1d(scale)[:, None] if fit.residual_df > 0 else centre + deviation
         intercept, slope = coef[:, 0], np.maximum(coef[:, 1], 0.0)
     measured = {p.num_speculative_tokens: p for p in fit.points}
     for j, k in enumerate(ks):
@@ -294,7 +296,7 @@ def step_time_draws(fit: StepTimeFit, ks: Sequence[int], *, draws: int, rng: np.
             out[:, j] = t1
         elif point is not None:
             noise = fit.relative_sd / math.sqrt(point.observations)
-            out[:, j] = point.step_time_s * (1 + noise * rng.standard_normal(draws))
+            out[:, j] = point.step_time_s * (1 + noise * scale * rng.standard_normal(draws))
         else:
             out[:, j] = intercept + slope * k
     return np.maximum(out, 1e-9)
