@@ -1,0 +1,46 @@
+"""Binomial intervals for acceptance rates, with clustering folded in as a design effect.
+
+Drafted steps are not independent: steps of one request share its context, so the counts carry
+less information than their size suggests. The design effect 1 + (m - 1) rho (m steps per
+request, rho the within-request correlation) divides the effective sample size.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scipy.stats import norm
+
+
+def design_effect(steps_per_request: float, intra_request_correlation: float) -> float:
+    """1 + (m - 1) rho: how many clustered steps count as one independent step."""
+    if steps_per_request < 1 or not 0.0 <= intra_request_correlation <= 1.0:
+        raise ValueError("need m >= 1 steps per request and 0 <= rho <= 1")
+    return 1.0 + (steps_per_request - 1.0) * intra_request_correlation
+
+
+def z_value(confidence: float) -> float:
+    """The two-sided normal quantile for ``confidence`` (1.96 at 0.95)."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError("confidence must lie strictly between 0 and 1")
+    return float(norm.ppf(0.5 + confidence / 2.0))
+
+
+def wilson_interval(
+    successes: float, trials: float, *, confidence: float = 0.95, design_effect: float = 1.0
+) -> tuple[float, float]:
+    """Wilson score interval for successes / trials, both divided by the design effect first.
+
+    With no trials nothing is known and the interval is (0, 1).
+    """
+    if design_effect < 1.0:
+        raise ValueError("the design effect is at least 1")
+    if trials <= 0:
+        return 0.0, 1.0
+    n = trials / design_effect
+    x = min(max(successes, 0.0), trials) / design_effect
+    z = z_value(confidence)
+    centre = (x + z * z / 2.0) / (n + z * z)
+    half = z / (n + z * z) * math.sqrt(max(x * (n - x) / n, 0.0) + z * z / 4.0)
+    rate = x / n  # the interval always holds it; min/max only guard against rounding at 0 and 1
+    return max(0.0, min(centre - half, rate)), min(1.0, max(centre + half, rate))

@@ -1,0 +1,230 @@
+"""The recommended draft length and drafter per workload and concurrency, and per batch size.
+
+The candidate with the highest predicted rate wins, unless a smaller k of the same drafter (or
+speculation off) is not clearly slower: when the paired difference best - smaller has an
+interval that reaches 0, the smaller k is recommended and the reason says so. A smaller k is
+cheaper (less draft compute, less KV memory, lower latency) for a gain the data cannot show.
+With exact inputs the draws have no spread, the interval is the point itself, and the rule only
+fires on an exact tie.
+
+Gains are fractions: 0.12 means 12% more tokens per second.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsweep.analysis.fits import band
+from specsweep.analysis.throughput import (
+    OFF,
+    AcceptanceInput,
+    Candidate,
+    Drafter,
+    RateSample,
+    ThroughputModel,
+    sample_rates,
+)
+from specsweep.errors import FitError
+from specsweep.types import BatchSizeRange
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CandidateRate:
+    """One candidate's predicted rate and how far it falls short of the highest prediction."""
+
+    candidate: Candidate
+    tokens_per_s: float
+    tokens_per_s_low: float
+    tokens_per_s_high: float
+    shortfall_tokens_per_s: float  # highest predicted minus this one, from paired draws
+    shortfall_low_tokens_per_s: float
+    shortfall_high_tokens_per_s: float
+    step_time_source: str  # "measured" or "line"
+    measured_tokens_per_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gain:
+    """The recommendation's rate over another configuration's, minus 1."""
+
+    over: Candidate
+    predicted: float | None  # None when the other configuration has no prediction here
+    predicted_low: float | None
+    predicted_high: float | None
+    measured: float | None  # from measured rates of both, when both were measured
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recommendation:
+    """What to run for one workload at one concurrency, and why."""
+
+    workload: str
+    concurrency: int
+    choice: Candidate
+    speculation_off: bool
+    tokens_per_s: float
+    tokens_per_s_low: float
+    tokens_per_s_high: float
+    measured_tokens_per_s: float | None
+    highest_predicted: Candidate  # before the tie rule
+    tie_rule_applied: bool
+    gain_over_off: Gain | None
+    gain_over_baseline: Gain | None
+    reason: str
+    candidates: tuple[CandidateRate, ...]
+    confidence: float
+    draws: int
+    seed: int
+
+
+def recommend_draft_length(
+    model: ThroughputModel,
+    acceptance: Mapping[Drafter, AcceptanceInput],
+    *,
+    concurrency: int,
+    workload: str = "",
+    baseline: Candidate | None = None,
+    k_max: int | None = None,
+    confidence: float = 0.95,
+    draws: int = 400,
+    seed: int = 0,
+) -> Recommendation:
+    """Best k and drafter for one workload at one measured concurrency (see the module doc)."""
+    sample = sample_rates(model, acceptance, concurrency=concurrency, k_max=k_max, draws=draws, seed=seed)
+    best = int(np.argmax(sample.tokens_per_s))
+    shortfall = sample.draws[:, best : best + 1] - sample.draws
+    shortfall_point = sample.tokens_per_s[best] - sample.tokens_per_s
+    short_low, short_high = band(shortfall, shortfall_point, confidence)
+    rate_low, rate_high = band(sample.draws, sample.tokens_per_s, confidence)
+    top = sample.candidates[best]
+    tied = [
+        j
+        for j, c in enumerate(sample.candidates)
+        if c.num_speculative_tokens < top.num_speculative_tokens
+        and (c.off or c.drafter == top.drafter)
+        and short_low[j] <= 0.0
+    ]
+    chosen = min(tied, key=lambda j: sample.candidates[j].num_speculative_tokens) if tied else best
+    choice = sample.candidates[chosen]
+
+    def measured(candidate: Candidate) -> float | None:
+        return model.measured_tokens_per_s(candidate, concurrency=concurrency, workload=workload)
+
+    rows = tuple(
+        CandidateRate(
+            candidate=c,
+            tokens_per_s=float(sample.tokens_per_s[j]),
+            tokens_per_s_low=float(rate_low[j]),
+            tokens_per_s_high=float(rate_high[j]),
+            shortfall_tokens_per_s=float(shortfall_point[j]),
+            shortfall_low_tokens_per_s=float(short_low[j]),
+            shortfall_high_tokens_per_s=float(short_high[j]),
+            step_time_source=sample.step_time_source[j],
+            measured_tokens_per_s=measured(c),
+        )
+        for j, c in enumerate(sample.candidates)
+    )
+    reason = _reason(sample, best, chosen, short_low, short_high, confidence)
+    return Recommendation(
+        workload=workload,
+        concurrency=concurrency,
+        choice=choice,
+        speculation_off=choice.off,
+        tokens_per_s=float(sample.tokens_per_s[chosen]),
+        tokens_per_s_low=float(rate_low[chosen]),
+        tokens_per_s_high=float(rate_high[chosen]),
+        measured_tokens_per_s=measured(choice),
+        highest_predicted=top,
+        tie_rule_applied=chosen != best,
+        gain_over_off=_gain(sample, chosen, OFF, measured, confidence),
+        gain_over_baseline=None if baseline is None else _gain(sample, chosen, baseline, measured, confidence),
+        reason=reason,
+        candidates=rows,
+        confidence=confidence,
+        draws=draws,
+        seed=seed,
+    )
+
+
+def _label(candidate: Candidate) -> str:
+    if candidate.off:
+        return "speculation off"
+    drafter = candidate.drafter
+    assert drafter is not None
+    return f"{drafter.method} ({drafter.draft_sample_method}) k={candidate.num_speculative_tokens}"
+
+
+def _reason(sample: RateSample, best: int, chosen: int, low: np.ndarray, high: np.ndarray, confidence: float) -> str:
+    top, choice = sample.candidates[best], sample.candidates[chosen]
+    rate = sample.tokens_per_s
+    if chosen == best:
+        text = f"{_label(top)} has the highest predicted rate ({rate[best]:.1f} tok/s)"
+        others = [j for j in range(len(rate)) if j != best]
+        if others:
+            runner = min(others, key=lambda j: rate[best] - rate[j])
+            text += (
+                f"; next is {_label(sample.candidates[runner])}, {rate[best] - rate[runner]:.2f} tok/s slower "
+                f"({confidence:.0%} interval {low[runner]:.2f} to {high[runner]:.2f})"
+            )
+        return text + (": turn speculation off." if top.off else ".")
+    return (
+        f"{_label(top)} predicts the most ({rate[best]:.1f} tok/s), but {_label(choice)} is not clearly slower: "
+        f"the paired difference is {rate[best] - rate[chosen]:.2f} tok/s ({confidence:.0%} interval "
+        f"{low[chosen]:.2f} to {high[chosen]:.2f}, which includes 0), so the smaller "
+        + ("configuration, speculation off, is recommended." if choice.off else "k is recommended.")
+    )
+
+
+def _gain(sample: RateSample, chosen: int, other: Candidate, measured, confidence: float) -> Gain:
+    mine, theirs = measured(sample.candidates[chosen]), measured(other)
+    measured_gain = mine / theirs - 1.0 if mine is not None and theirs else None
+    if other not in sample.candidates:
+        return Gain(over=other, predicted=None, predicted_low=None, predicted_high=None, measured=measured_gain)
+    j = sample.candidates.index(other)
+    point = float(sample.tokens_per_s[chosen] / sample.tokens_per_s[j] - 1.0)
+    low, high = band(sample.draws[:, chosen] / sample.draws[:, j] - 1.0, np.array(point), confidence)
+    return Gain(
+        over=other, predicted=point, predicted_low=float(low), predicted_high=float(high), measured=measured_gain
+    )
+
+
+def batch_size_table(k_by_concurrency: Mapping[int, int], *, max_batch: int) -> tuple[BatchSizeRange, ...]:
+    """vLLM ``num_speculative_tokens_per_batch_size`` rows [start, end, k] covering 1..max_batch.
+
+    Between two measured concurrency levels B_a < B_b the split is at their geometric midpoint:
+    batch sizes up to floor(sqrt(B_a * B_b)) take B_a's k, larger ones B_b's (step cost grows
+    roughly with log B across the range graphs are captured for, so the midpoint in log B is the
+    even guess). Below the smallest level its k holds, above the largest its k holds up to
+    max_batch. Adjacent rows with the same k merge, so one row means one k serves every batch
+    size and no table is needed. k = 0 means no drafting at those batch sizes.
+    """
+    if max_batch < 1:
+        raise ValueError("max_batch must be at least 1")
+    levels = sorted(b for b in k_by_concurrency if b >= 1)
+    if not levels:
+        raise FitError("no concurrency level has a recommended k; measure at least one level.")
+    rows: list[list[int]] = []
+    start = 1
+    for index, level in enumerate(levels):
+        if index + 1 < len(levels):
+            end = max(level, min(math.floor(math.sqrt(level * levels[index + 1])), levels[index + 1] - 1))
+        else:
+            end = max_batch
+        end = min(end, max_batch)
+        if start > end:
+            continue
+        k = k_by_concurrency[level]
+        if rows and rows[-1][2] == k:
+            rows[-1][1] = end
+        else:
+            rows.append([start, end, k])
+        start = end + 1
+        if start > max_batch:
+            break
+    if rows and rows[-1][1] < max_batch:
+        rows[-1][1] = max_batch
+    return tuple(BatchSizeRange(start=s, end=e, num_speculative_tokens=k) for s, e, k in rows)

@@ -1,0 +1,428 @@
+"""Net tokens per second against draft length: step time from measured rates, rate for any k.
+
+An observation is one measured level: aggregate output tok/s at draft length k (0 = speculation
+off) and concurrency B, with the tokens per step E measured in the same window. B streams each
+emit E tokens per step, so the effective step time is T = B * E / rate. T depends on the server
+and drafter, not on the text, so observations of every workload pool into one step-time curve
+per (concurrency, drafter); a workload's acceptance then turns T into its rate:
+R(k, B) = B * E_w(k) / T(k, B).
+
+Step time per (B, drafter), measured points first:
+
+- at a measured k, T is the weighted mean of its observations (graph-capture sizes make T
+  step-shaped, so a measured point beats a line);
+- elsewhere a line T = a + b k by weighted least squares on relative residuals (rate noise is
+  roughly proportional to the rate), with b >= 0;
+- with exactly two draft lengths the line has no residual degrees of freedom, so its noise is
+  borrowed from the other fits (pooled relative sd);
+- with one draft length the slope is unknown: its point is the line through the off point at
+  the same B (all drafting cost charged per position, a cautious guess) or, without one, half
+  the measured T per position; draws spread it uniformly between flat and twice that. The band
+  is wide and says so.
+
+Draws (``sample_rates``): acceptance draws times step-time draws, one joint draw index across
+every k and drafter at a concurrency, so differences between k's are paired.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specsweep.analysis.fits import AcceptanceFit, band, per_position_draws, point_per_position
+from specsweep.errors import FitError
+
+FALLBACK_RELATIVE_SD = 0.07  # run-to-run spread of the user report's three single-stream runs
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Drafter:
+    """A draft method as vLLM names it, with how drafted tokens are sampled."""
+
+    method: str
+    draft_sample_method: str = "greedy"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """One configuration to compare: a drafter at draft length k, or speculation off (k = 0)."""
+
+    drafter: Drafter | None
+    num_speculative_tokens: int
+
+    @property
+    def off(self) -> bool:
+        return self.num_speculative_tokens == 0 or self.drafter is None
+
+
+OFF = Candidate(drafter=None, num_speculative_tokens=0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThroughputObservation:
+    """One measured level: rate and tokens per step at (k, concurrency, drafter)."""
+
+    num_speculative_tokens: int  # 0 = speculation off
+    concurrency: int
+    output_tokens_per_s: float  # aggregate, client side
+    tokens_per_step: float = 1.0  # E measured in the same window (1 with speculation off)
+    drafter: Drafter | None = None
+    workload: str = ""
+    weight: float = 1.0  # relative trust in the line fit, e.g. requests measured
+
+    @property
+    def step_time_s(self) -> float:
+        return self.concurrency * self.tokens_per_step / self.output_tokens_per_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTimePoint:
+    """Measured step time at one k: weighted mean over its observations."""
+
+    num_speculative_tokens: int
+    step_time_s: float
+    observations: int
+    weight: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTimeFit:
+    """Step time against k at one concurrency for one drafter (or for speculation off)."""
+
+    concurrency: int
+    drafter: Drafter | None
+    points: tuple[StepTimePoint, ...]
+    intercept_s: float
+    slope_s_per_token: float
+    covariance: tuple[tuple[float, float], tuple[float, float]]  # of (intercept, slope), relative noise folded in
+    relative_sd: float  # noise of one observation's step time, as a fraction
+    residual_df: int
+    basis: str  # how the line was obtained, for the report
+    wide_band: bool
+
+    def step_time_s(self, k: int) -> tuple[float, str]:
+        """Point T(k) and where it came from ("measured" or "line")."""
+        for point in self.points:
+            if point.num_speculative_tokens == k:
+                return point.step_time_s, "measured"
+        return max(self.intercept_s + self.slope_s_per_token * k, 1e-9), "line"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThroughputModel:
+    """Step-time fits for every measured (concurrency, drafter), and the observations behind them."""
+
+    fits: tuple[StepTimeFit, ...]
+    observations: tuple[ThroughputObservation, ...]
+    pooled_relative_sd: float
+    concurrency_levels: tuple[int, ...]
+
+    def fit_for(self, concurrency: int, drafter: Drafter | None) -> StepTimeFit | None:
+        for fit in self.fits:
+            if fit.concurrency == concurrency and fit.drafter == drafter:
+                return fit
+        return None
+
+    def measured_tokens_per_s(self, candidate: Candidate, *, concurrency: int, workload: str) -> float | None:
+        """Mean measured rate of one configuration for a workload at a concurrency, if measured."""
+        rates = [
+            o.output_tokens_per_s
+            for o in self.observations
+            if o.concurrency == concurrency and o.workload == workload and _candidate(o) == candidate
+        ]
+        return float(np.mean(rates)) if rates else None
+
+
+def _candidate(observation: ThroughputObservation) -> Candidate:
+    if observation.num_speculative_tokens == 0 or observation.drafter is None:
+        return OFF
+    return Candidate(drafter=observation.drafter, num_speculative_tokens=observation.num_speculative_tokens)
+
+
+def fit_throughput_model(
+    observations: Sequence[ThroughputObservation], *, fallback_relative_sd: float = FALLBACK_RELATIVE_SD
+) -> ThroughputModel:
+    """Step time per (concurrency, drafter) from measured rates. FitError when nothing is usable."""
+    usable = []
+    for o in observations:
+        values = (o.output_tokens_per_s, o.tokens_per_step, o.weight)
+        if o.concurrency < 1 or o.num_speculative_tokens < 0 or not all(math.isfinite(v) and v > 0 for v in values):
+            raise FitError(
+                f"observation at k={o.num_speculative_tokens}, concurrency {o.concurrency} needs a positive "
+                "rate, tokens per step and weight; leave out levels that produced no tokens."
+            )
+        usable.append(o)
+    if not usable:
+        raise FitError("no throughput observations: measure at least one configuration.")
+    groups: dict[tuple[int, Drafter | None], list[ThroughputObservation]] = {}
+    for o in usable:
+        key = (o.concurrency, None if _candidate(o).off else o.drafter)
+        groups.setdefault(key, []).append(o)
+    points = {key: _points(group) for key, group in groups.items()}
+    pooled, fits = _pooled_sd(points, fallback_relative_sd), []
+    for (concurrency, drafter), pts in sorted(points.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]))):
+        off_points = points.get((concurrency, None)) if drafter is not None else None
+        fits.append(_fit_line(concurrency, drafter, pts, off_points, pooled))
+    return ThroughputModel(
+        fits=tuple(fits),
+        observations=tuple(usable),
+        pooled_relative_sd=pooled,
+        concurrency_levels=tuple(sorted({o.concurrency for o in usable})),
+    )
+
+
+def _order(drafter: Drafter | None) -> tuple[str, str]:
+    return ("", "") if drafter is None else (drafter.method, drafter.draft_sample_method)
+
+
+def _points(group: list[ThroughputObservation]) -> list[tuple[StepTimePoint, np.ndarray, np.ndarray]]:
+    """Per k: the point, and the raw step times and weights behind it."""
+    out = []
+    for k in sorted({o.num_speculative_tokens for o in group}):
+        at_k = [o for o in group if o.num_speculative_tokens == k]
+        times = np.array([o.step_time_s for o in at_k])
+        weights = np.array([o.weight for o in at_k])
+        point = StepTimePoint(
+            num_speculative_tokens=k,
+            step_time_s=float(np.average(times, weights=weights)),
+            observations=len(at_k),
+            weight=float(weights.sum()),
+        )
+        out.append((point, times, weights))
+    return out
+
+
+def _wls(ks: np.ndarray, times: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, int]:
+    """(a, b), (X'WX)^-1, weighted sum of squared relative residuals, residual df; b >= 0."""
+    w = weights / np.mean(weights) / times**2
+    design = np.column_stack([np.ones_like(ks), ks])
+    normal = design.T @ (design * w[:, None])
+    coef = np.linalg.solve(normal, design.T @ (w * times))
+    if coef[1] < 0:  # step time cannot fall with k: a flat line instead
+        coef = np.array([np.sum(w * times) / np.sum(w), 0.0])
+    residual = float(np.sum(w * (times - design @ coef) ** 2))
+    return coef, np.linalg.inv(normal), residual, ks.size - 2
+
+
+def _pooled_sd(points: Mapping, fallback: float) -> float:
+    """Relative sd of one observation, pooled over every fit with residual degrees of freedom."""
+    total, df = 0.0, 0
+    for pts in points.values():
+        ks, times, weights = _stack(pts)
+        if np.unique(ks).size >= 2 and ks.size > 2:
+            _, _, residual, dof = _wls(ks, times, weights)
+            total, df = total + residual, df + dof
+        elif ks.size >= 2:  # repeats at one k
+            w = weights / np.mean(weights)
+            mean = np.average(times, weights=w)
+            total, df = total + float(np.sum(w * ((times - mean) / mean) ** 2)), df + ks.size - 1
+    return math.sqrt(total / df) if df > 0 else fallback
+
+
+def _stack(pts: list[tuple[StepTimePoint, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ks = np.concatenate([np.full(t.size, p.num_speculative_tokens, dtype=float) for p, t, _ in pts])
+    return ks, np.concatenate([t for _, t, _ in pts]), np.concatenate([w for _, _, w in pts])
+
+
+def _fit_line(concurrency: int, drafter: Drafter | None, pts, off_points, pooled: float) -> StepTimeFit:
+    ks, times, weights = _stack(pts)
+    points = tuple(p for p, _, _ in pts)
+    if drafter is None:  # speculation off: measured only, nothing to extrapolate
+        t0 = points[0].step_time_s
+        return _record(
+            concurrency, None, points, t0, 0.0, np.zeros((2, 2)), pooled, 0, "speculation off: measured", False
+        )
+    if np.unique(ks).size >= 2:
+        coef, inverse, residual, df = _wls(ks, times, weights)
+        sd = math.sqrt(residual / df) if df > 0 else pooled
+        basis = (
+            f"weighted least squares over {np.unique(ks).size} draft lengths"
+            if df > 0
+            else "line through two draft lengths; noise from the other fits"
+        )
+        return _record(concurrency, drafter, points, coef[0], coef[1], inverse * sd**2, sd, df, basis, False)
+    k1, t1 = points[0].num_speculative_tokens, points[0].step_time_s
+    if off_points:
+        slope = max((t1 - off_points[0][0].step_time_s) / k1, 0.0)
+        basis = "one draft length: slope through the off point, drawn between flat and twice that"
+    else:
+        slope = t1 / (2 * k1)
+        basis = "one draft length, no off point: slope drawn between flat and proportional to k"
+    # For one-point fits the covariance holds the slope's uniform spread (variance of U[0, 2b]).
+    covariance = np.array([[0.0, 0.0], [0.0, slope**2 / 3]])
+    return _record(concurrency, drafter, points, t1 - slope * k1, slope, covariance, pooled, 0, basis, True)
+
+
+def _record(concurrency, drafter, points, a, b, covariance, sd, df, basis, wide) -> StepTimeFit:
+    return StepTimeFit(
+        concurrency=concurrency,
+        drafter=drafter,
+        points=points,
+        intercept_s=float(a),
+        slope_s_per_token=float(b),
+        covariance=(
+            (float(covariance[0, 0]), float(covariance[0, 1])),
+            (float(covariance[1, 0]), float(covariance[1, 1])),
+        ),
+        relative_sd=float(sd),
+        residual_df=int(df),
+        basis=basis,
+        wide_band=wide,
+    )
+
+
+def step_time_draws(fit: StepTimeFit, ks: Sequence[int], *, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """Draws of T at each k, shape (draws, len(ks)): measured points by their own noise, the line elsewhere."""
+    out = np.empty((draws, len(ks)))
+    # With the noise estimated from df residuals, deviations follow Student's t, not the normal.
+    scale = np.sqrt(fit.residual_df / rng.chisquare(fit.residual_df, size=draws)) if fit.residual_df > 0 else 1.0
+    if fit.wide_band:
+        anchor = fit.points[0]
+        t1 = anchor.step_time_s * (1 + fit.relative_sd / math.sqrt(anchor.observations) * rng.standard_normal(draws))
+        slope = rng.uniform(0.0, 2 * fit.slope_s_per_token, size=draws)
+        intercept = t1 - slope * anchor.num_speculative_tokens
+    else:
+        centre = np.array([fit.intercept_s, fit.slope_s_per_token])
+        deviation = rng.multivariate_normal([0.0, 0.0], fit.covariance, size=draws, method="eigh")
+        coef = centre + deviation * np.atleast_1d(scale)[:, None] if fit.residual_df > 0 else centre + deviation
+        intercept, slope = coef[:, 0], np.maximum(coef[:, 1], 0.0)
+    measured = {p.num_speculative_tokens: p for p in fit.points}
+    for j, k in enumerate(ks):
+        point = measured.get(k)
+        if fit.wide_band and point is not None:
+            out[:, j] = t1
+        elif point is not None:
+            noise = fit.relative_sd / math.sqrt(point.observations)
+            out[:, j] = point.step_time_s * (1 + noise * scale * rng.standard_normal(draws))
+        else:
+            out[:, j] = intercept + slope * k
+    return np.maximum(out, 1e-9)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RateSample:
+    """Point rates and joint draws for candidates at one concurrency (arrays: not for JSON)."""
+
+    concurrency: int
+    candidates: tuple[Candidate, ...]
+    tokens_per_step: np.ndarray  # (candidates,)
+    step_time_s: np.ndarray  # (candidates,)
+    step_time_source: tuple[str, ...]
+    tokens_per_s: np.ndarray  # (candidates,)
+    draws: np.ndarray  # (draws, candidates), one joint draw per row
+
+
+AcceptanceInput = AcceptanceFit | Sequence[float]
+
+
+def sample_rates(
+    model: ThroughputModel,
+    acceptance: Mapping[Drafter, AcceptanceInput],
+    *,
+    concurrency: int,
+    k_max: int | None = None,
+    draws: int = 400,
+    seed: int = 0,
+) -> RateSample:
+    """R(k) = B E_w(k) / T(k) for off and every drafter's k = 1..k_max at one measured concurrency.
+
+    ``acceptance`` gives each drafter's acceptance for the workload: an AcceptanceFit, or plain
+    S_1..S_K taken as exact (no uncertainty, no extrapolation past K).
+    """
+    rng = np.random.default_rng(seed)
+    candidates: list[Candidate] = []
+    e_point: list[float] = []
+    t_point: list[float] = []
+    sources: list[str] = []
+    columns: list[np.ndarray] = []
+    off = model.fit_for(concurrency, None)
+    if off is not None:
+        t, source = off.step_time_s(0)
+        candidates.append(OFF)
+        e_point.append(1.0)
+        t_point.append(t)
+        sources.append(source)
+        columns.append(concurrency / step_time_draws(off, [0], draws=draws, rng=rng)[:, 0])
+    for drafter in sorted(acceptance, key=_order):
+        fit = model.fit_for(concurrency, drafter)
+        if fit is None:
+            continue
+        s_point, s_draws = _acceptance_arrays(acceptance[drafter], draws=draws, seed=int(rng.integers(2**31)))
+        top = s_point.size if k_max is None else min(k_max, s_point.size)
+        ks = list(range(1, top + 1))
+        t_draws = step_time_draws(fit, ks, draws=draws, rng=rng)
+        e_draws = 1.0 + np.cumsum(s_draws[:, :top], axis=1)
+        e_points = 1.0 + np.cumsum(s_point[:top])
+        for j, k in enumerate(ks):
+            t, source = fit.step_time_s(k)
+            candidates.append(Candidate(drafter=drafter, num_speculative_tokens=k))
+            e_point.append(float(e_points[j]))
+            t_point.append(t)
+            sources.append(source)
+            columns.append(concurrency * e_draws[:, j] / t_draws[:, j])
+    if not candidates:
+        raise FitError(f"nothing was measured at concurrency {concurrency} for these drafters; measure it first.")
+    e_arr, t_arr = np.array(e_point), np.array(t_point)
+    return RateSample(
+        concurrency=concurrency,
+        candidates=tuple(candidates),
+        tokens_per_step=e_arr,
+        step_time_s=t_arr,
+        step_time_source=tuple(sources),
+        tokens_per_s=concurrency * e_arr / t_arr,
+        draws=np.column_stack(columns),
+    )
+
+
+def _acceptance_arrays(acceptance: AcceptanceInput, *, draws: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(acceptance, AcceptanceFit):
+        return point_per_position(acceptance), per_position_draws(acceptance, draws=draws, seed=seed)
+    point = np.asarray(list(acceptance), dtype=float)
+    if point.size == 0 or not np.all(np.isfinite(point)):
+        raise FitError("exact acceptance needs finite S_1..S_K; pass at least one position.")
+    return point, np.broadcast_to(point, (draws, point.size))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RatePrediction:
+    """Predicted aggregate rate of one candidate at one concurrency, with its band."""
+
+    concurrency: int
+    candidate: Candidate
+    tokens_per_step: float
+    step_time_s: float
+    step_time_source: str  # "measured" or "line"
+    tokens_per_s: float
+    tokens_per_s_low: float
+    tokens_per_s_high: float
+
+
+def predict_throughput(
+    model: ThroughputModel,
+    acceptance: Mapping[Drafter, AcceptanceInput],
+    *,
+    concurrency: int,
+    k_max: int | None = None,
+    confidence: float = 0.95,
+    draws: int = 400,
+    seed: int = 0,
+) -> tuple[RatePrediction, ...]:
+    """Rate against k with bands at one concurrency: what a throughput-against-k figure plots."""
+    sample = sample_rates(model, acceptance, concurrency=concurrency, k_max=k_max, draws=draws, seed=seed)
+    low, high = band(sample.draws, sample.tokens_per_s, confidence)
+    return tuple(
+        RatePrediction(
+            concurrency=concurrency,
+            candidate=candidate,
+            tokens_per_step=float(sample.tokens_per_step[j]),
+            step_time_s=float(sample.step_time_s[j]),
+            step_time_source=sample.step_time_source[j],
+            tokens_per_s=float(sample.tokens_per_s[j]),
+            tokens_per_s_low=float(low[j]),
+            tokens_per_s_high=float(high[j]),
+        )
+        for j, candidate in enumerate(sample.candidates)
+    )

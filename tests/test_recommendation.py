@@ -1,0 +1,168 @@
+"""Recommendations against math.md's table, the tie rule, speculation off, gains, batch-size tables."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import pytest
+
+from specsweep.analysis.acceptance import expected_tokens_per_step
+from specsweep.analysis.fits import fit_acceptance
+from specsweep.analysis.recommendation import batch_size_table, recommend_draft_length
+from specsweep.analysis.throughput import OFF, Candidate, Drafter, ThroughputObservation, fit_throughput_model
+from specsweep.errors import FitError
+from specsweep.types import BatchSizeRange, SpeculativeConfig
+
+DSPARK = Drafter(method="dspark", draft_sample_method="probabilistic")
+PROSE = (0.741, 0.538, 0.411, 0.291, 0.241)
+TECHNICAL = (0.569, 0.347, 0.188, 0.069, 0.035)
+T0_S = 0.03
+
+
+def linear_cost_model(per_position, c, *, workload, batch=1, ks=range(6), noise=0.0, rng=None, repeats=1):
+    """Observations of T = T0 (1 + c k) at every k, optionally with multiplicative rate noise."""
+    rows = []
+    for k in ks:
+        for _ in range(repeats):
+            e = expected_tokens_per_step(per_position, k)
+            rate = batch * e / (T0_S * batch**0.5 * (1 + c * k))
+            if rng is not None:
+                rate *= 1 + noise * rng.standard_normal()
+            rows.append(
+                ThroughputObservation(
+                    num_speculative_tokens=k,
+                    concurrency=batch,
+                    output_tokens_per_s=rate,
+                    tokens_per_step=e,
+                    drafter=None if k == 0 else DSPARK,
+                    workload=workload,
+                )
+            )
+    return rows
+
+
+MATH_MD_TABLE = [(0.05, PROSE, 5), (0.05, TECHNICAL, 3), (0.10, PROSE, 5), (0.10, TECHNICAL, 3)]
+MATH_MD_TABLE += [(0.20, PROSE, 3), (0.20, TECHNICAL, 2)]
+
+
+@pytest.mark.parametrize(("c", "per_position", "best_k"), MATH_MD_TABLE)
+@pytest.mark.parametrize("acceptance", ["exact", "counts"])
+def test_math_md_best_k_for_every_step_cost(c, per_position, best_k, acceptance):
+    model = fit_throughput_model(linear_cost_model(per_position, c, workload="w"))
+    given = (
+        per_position
+        if acceptance == "exact"
+        else fit_acceptance(num_drafts=5000, accepted_per_position=[round(s * 5000) for s in per_position], k_max=5)
+    )
+    rec = recommend_draft_length(model, {DSPARK: given}, concurrency=1, workload="w")
+    assert rec.choice == Candidate(drafter=DSPARK, num_speculative_tokens=best_k)
+    assert not rec.tie_rule_applied and not rec.speculation_off
+    assert rec.tokens_per_s_low <= rec.tokens_per_s <= rec.tokens_per_s_high
+    if acceptance == "exact":  # no uncertainty anywhere: the band is the point
+        assert rec.tokens_per_s_high - rec.tokens_per_s_low < 1e-9 * rec.tokens_per_s
+    expected_gain = expected_tokens_per_step(per_position, best_k) / (1 + c * best_k) - 1
+    assert rec.gain_over_off.predicted == pytest.approx(expected_gain)
+    assert rec.gain_over_off.measured == pytest.approx(expected_gain)
+
+
+def test_math_md_prose_k4_is_within_one_percent_at_c_010():
+    model = fit_throughput_model(linear_cost_model(PROSE, 0.10, workload="prose"))
+    rec = recommend_draft_length(model, {DSPARK: PROSE}, concurrency=1, workload="prose")
+    k4 = next(r for r in rec.candidates if r.candidate.num_speculative_tokens == 4)
+    assert 0 < k4.shortfall_tokens_per_s < 0.01 * rec.tokens_per_s
+    assert "next is dspark (probabilistic) k=4" in rec.reason
+
+
+@pytest.mark.parametrize(("num_drafts", "chosen_k", "fired"), [(300, 4, True), (1000, 5, False), (5000, 5, False)])
+def test_tie_rule_recommends_the_smaller_k_when_the_difference_is_not_clear(num_drafts, chosen_k, fired):
+    """Prose at c = 0.10: k = 5 beats k = 4 by under 1%; from 300 drafted steps that is within noise."""
+    model = fit_throughput_model(linear_cost_model(PROSE, 0.10, workload="prose"))
+    counts = [round(s * num_drafts) for s in PROSE]
+    acceptance = fit_acceptance(num_drafts=num_drafts, accepted_per_position=counts, k_max=5)
+    rec = recommend_draft_length(model, {DSPARK: acceptance}, concurrency=1, workload="prose", seed=1)
+    assert rec.highest_predicted.num_speculative_tokens == 5
+    assert rec.choice.num_speculative_tokens == chosen_k and rec.tie_rule_applied is fired
+    chosen = next(r for r in rec.candidates if r.candidate == rec.choice)
+    if fired:
+        assert chosen.shortfall_low_tokens_per_s <= 0 < chosen.shortfall_tokens_per_s
+        assert "not clearly slower" in rec.reason and "includes 0" in rec.reason
+    else:
+        k4 = next(r for r in rec.candidates if r.candidate.num_speculative_tokens == 4)
+        assert k4.shortfall_low_tokens_per_s > 0
+
+
+def test_an_exact_tie_goes_to_the_smaller_k():
+    flat = (0.5, 0.0, 0.0)  # k = 2 and 3 add nothing, and cost nothing here (c = 0)
+    model = fit_throughput_model(linear_cost_model(flat, 0.0, workload="w", ks=range(4)))
+    rec = recommend_draft_length(model, {DSPARK: flat}, concurrency=1, workload="w")
+    assert rec.choice.num_speculative_tokens == 1 and rec.highest_predicted == rec.choice
+
+
+def test_speculation_off_when_drafting_costs_more_than_it_brings():
+    model = fit_throughput_model(linear_cost_model(TECHNICAL, 1.0, workload="technical"))
+    rec = recommend_draft_length(model, {DSPARK: TECHNICAL}, concurrency=1, workload="technical")
+    assert rec.choice == OFF and rec.speculation_off
+    assert rec.gain_over_off.predicted == 0.0
+    assert "turn speculation off" in rec.reason
+
+
+def test_gain_over_the_baseline_predicted_and_measured():
+    model = fit_throughput_model(linear_cost_model(TECHNICAL, 0.05, workload="technical"))
+    baseline = Candidate(drafter=DSPARK, num_speculative_tokens=5)
+    rec = recommend_draft_length(model, {DSPARK: TECHNICAL}, concurrency=1, workload="technical", baseline=baseline)
+    expected = (expected_tokens_per_step(TECHNICAL, 3) / 1.15) / (expected_tokens_per_step(TECHNICAL, 5) / 1.25) - 1
+    assert rec.gain_over_baseline.predicted == pytest.approx(expected)
+    assert rec.gain_over_baseline.measured == pytest.approx(expected)
+    unmeasured = recommend_draft_length(model, {DSPARK: TECHNICAL}, concurrency=1, workload="other", baseline=baseline)
+    assert unmeasured.gain_over_baseline.measured is None and unmeasured.measured_tokens_per_s is None
+
+
+def test_recommendation_serialises_to_json():
+    model = fit_throughput_model(linear_cost_model(PROSE, 0.1, workload="prose"))
+    acceptance = fit_acceptance(num_drafts=5000, accepted_per_position=[round(s * 5000) for s in PROSE], k_max=8)
+    rec = recommend_draft_length(model, {DSPARK: acceptance}, concurrency=1, workload="prose")
+    assert {r.candidate.num_speculative_tokens for r in rec.candidates} == set(range(9))
+    json.dumps(asdict(rec), allow_nan=False)
+
+
+def test_best_k_shrinks_with_concurrency_and_becomes_a_batch_size_table():
+    """Per-position draft cost that grows with B (c = 0.05 at B = 1, 0.20 at B = 4): k 5 then 3 for prose."""
+    rows = linear_cost_model(PROSE, 0.05, workload="prose", batch=1)
+    rows += linear_cost_model(PROSE, 0.20, workload="prose", batch=4)
+    model = fit_throughput_model(rows)
+    best = {
+        b: recommend_draft_length(model, {DSPARK: PROSE}, concurrency=b).choice.num_speculative_tokens for b in (1, 4)
+    }
+    assert best == {1: 5, 4: 3}
+    table = batch_size_table(best, max_batch=8)
+    assert table == (
+        BatchSizeRange(start=1, end=2, num_speculative_tokens=5),
+        BatchSizeRange(start=3, end=8, num_speculative_tokens=3),
+    )
+    config = SpeculativeConfig(method="dspark", num_speculative_tokens=5, num_speculative_tokens_per_batch_size=table)
+    assert [config.k_for_batch_size(b) for b in range(1, 9)] == [5, 5, 3, 3, 3, 3, 3, 3]
+
+
+@pytest.mark.parametrize(
+    ("best", "max_batch", "rows"),
+    [
+        ({1: 5, 4: 3}, 4, [(1, 2, 5), (3, 4, 3)]),
+        ({1: 4, 2: 4, 8: 2}, 16, [(1, 4, 4), (5, 16, 2)]),
+        ({1: 3, 4: 3}, 32, [(1, 32, 3)]),
+        ({4: 5, 16: 2}, 32, [(1, 8, 5), (9, 32, 2)]),
+        ({1: 5, 64: 2}, 4, [(1, 4, 5)]),
+        ({1: 3, 2: 2, 3: 1}, 3, [(1, 1, 3), (2, 2, 2), (3, 3, 1)]),
+        ({1: 2, 8: 0}, 8, [(1, 2, 2), (3, 8, 0)]),
+    ],
+)
+def test_batch_size_table_splits_at_geometric_midpoints(best, max_batch, rows):
+    table = batch_size_table(best, max_batch=max_batch)
+    assert [(r.start, r.end, r.num_speculative_tokens) for r in table] == rows
+    covered = [b for r in table for b in range(r.start, r.end + 1)]
+    assert covered == list(range(1, max_batch + 1))
+
+
+def test_batch_size_table_needs_a_level():
+    with pytest.raises(FitError):
+        batch_size_table({}, max_batch=4)

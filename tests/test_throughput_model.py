@@ -1,0 +1,192 @@
+"""The throughput model recovers a known step time and best k from noisy synthetic observations."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+
+from specsweep.analysis.acceptance import expected_tokens_per_step
+from specsweep.analysis.throughput import (
+    Candidate,
+    Drafter,
+    ThroughputObservation,
+    fit_throughput_model,
+    predict_throughput,
+    sample_rates,
+)
+from specsweep.errors import FitError
+
+DSPARK = Drafter(method="dspark", draft_sample_method="probabilistic")
+S = (0.741, 0.538, 0.411, 0.291, 0.241, 0.188, 0.149, 0.119)
+
+
+def true_step_time_s(k: int, batch: int) -> float:
+    """A verify-bound server: base, per sequence, per verified token, per drafted position."""
+    return 0.0345 + 0.001 * batch + 0.0062 * batch * (k + 1) + 0.0014 * k
+
+
+def observe(k, batch, rng=None, noise=0.0, workload="prose", per_position=S):
+    e = expected_tokens_per_step(per_position, k)
+    rate = batch * e / true_step_time_s(k, batch)
+    if rng is not None:
+        rate *= 1 + noise * rng.standard_normal()
+    return ThroughputObservation(
+        num_speculative_tokens=k,
+        concurrency=batch,
+        output_tokens_per_s=rate,
+        tokens_per_step=e,
+        drafter=None if k == 0 else DSPARK,
+        workload=workload,
+    )
+
+
+def true_best_k(batch: int, k_max: int = 8) -> int:
+    rates = [expected_tokens_per_step(S, k) / true_step_time_s(k, batch) for k in range(k_max + 1)]
+    return int(np.argmax(rates))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_low_noise_observations_give_the_true_best_k(seed):
+    rng = np.random.default_rng(seed)
+    observations = [observe(k, b, rng, 0.002) for b in (1, 4) for k in (0, 1, 2, 4, 6, 8)]
+    model = fit_throughput_model(observations)
+    for batch in (1, 4):
+        predictions = predict_throughput(model, {DSPARK: S}, concurrency=batch, seed=seed)
+        best = max(predictions, key=lambda p: p.tokens_per_s)
+        assert best.candidate.num_speculative_tokens == true_best_k(batch)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_recovers_step_time_and_best_k_from_noisy_observations(seed):
+    rng = np.random.default_rng(seed)
+    measured_k = (0, 1, 3, 5, 8)
+    observations = [observe(k, b, rng, 0.03) for b in (1, 4) for k in measured_k for _ in range(2)]
+    model = fit_throughput_model(observations)
+    assert model.concurrency_levels == (1, 4)
+    assert 0.01 < model.pooled_relative_sd < 0.06
+    for batch in (1, 4):
+        fit = model.fit_for(batch, DSPARK)
+        assert fit is not None and not fit.wide_band and fit.residual_df == 6
+        for k in (2, 4, 6, 7):  # between and beyond the measured points
+            assert fit.step_time_s(k)[0] == pytest.approx(true_step_time_s(k, batch), rel=0.04)
+        predictions = predict_throughput(model, {DSPARK: S}, concurrency=batch, seed=seed)
+        best = max(predictions, key=lambda p: p.tokens_per_s)
+        truth = true_best_k(batch)
+        true_rate = batch * expected_tokens_per_step(S, truth) / true_step_time_s(truth, batch)
+        # the curve is flat near its top, so judge the pick by what it costs: within 4% (3% noise per run)
+        picked = best.candidate.num_speculative_tokens
+        picked_rate = batch * expected_tokens_per_step(S, picked) / true_step_time_s(picked, batch)
+        assert picked_rate >= 0.96 * true_rate
+
+
+def test_bands_between_and_beyond_measured_points_cover_the_truth():
+    covered, total = 0, 0
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        observations = [observe(k, b, rng, 0.03) for b in (1, 4) for k in (0, 1, 3, 5, 8) for _ in range(2)]
+        model = fit_throughput_model(observations)
+        for batch in (1, 4):
+            for row in predict_throughput(model, {DSPARK: S}, concurrency=batch, seed=seed, draws=300):
+                k = row.candidate.num_speculative_tokens
+                if row.step_time_source == "line":
+                    truth = batch * expected_tokens_per_step(S, k) / true_step_time_s(k, batch)
+                    covered += row.tokens_per_s_low <= truth <= row.tokens_per_s_high
+                    total += 1
+    assert total == 60 * 2 * 4
+    assert 0.9 <= covered / total <= 0.99
+
+
+def test_exact_observations_recover_the_line_and_best_k_exactly():
+    observations = [observe(k, b) for b in (1, 4) for k in (0, 1, 2, 4, 8)]
+    model = fit_throughput_model(observations)
+    for batch in (1, 4):
+        fit = model.fit_for(batch, DSPARK)
+        assert fit.intercept_s == pytest.approx(0.0345 + 0.001 * batch + 0.0062 * batch)
+        assert fit.slope_s_per_token == pytest.approx(0.0062 * batch + 0.0014)
+        predictions = predict_throughput(model, {DSPARK: S}, concurrency=batch)
+        best = max(predictions, key=lambda p: p.tokens_per_s)
+        assert best.candidate.num_speculative_tokens == true_best_k(batch)
+        assert all(p.tokens_per_s_high - p.tokens_per_s_low < 1e-6 * p.tokens_per_s for p in predictions)
+
+
+def test_measured_points_come_before_the_line():
+    """A step-shaped T (a graph size boundary at k = 3) stays as measured at the measured k."""
+    observations = [observe(k, 1) for k in (0, 1, 2, 4)]
+    bumped = observe(3, 1)
+    observations.append(
+        ThroughputObservation(
+            **{**asdict(bumped), "drafter": DSPARK, "output_tokens_per_s": bumped.output_tokens_per_s / 1.2}
+        )
+    )
+    fit = fit_throughput_model(observations).fit_for(1, DSPARK)
+    assert fit.step_time_s(3) == (pytest.approx(1.2 * true_step_time_s(3, 1)), "measured")
+    assert fit.step_time_s(5)[1] == "line"
+
+
+def test_one_draft_length_falls_back_to_a_wide_band():
+    observations = [observe(0, 1), observe(0, 1), observe(5, 1)]
+    model = fit_throughput_model(observations)
+    fit = model.fit_for(1, DSPARK)
+    assert fit.wide_band and "one draft length" in fit.basis
+    assert fit.intercept_s == pytest.approx(true_step_time_s(0, 1))  # the line through the off point
+    narrow = fit_throughput_model([observe(k, 1) for k in (0, 1, 3, 5)])
+    wide_rows = predict_throughput(model, {DSPARK: S}, concurrency=1)
+    narrow_rows = predict_throughput(narrow, {DSPARK: S}, concurrency=1)
+    k2 = next(r for r in wide_rows if r.candidate.num_speculative_tokens == 2)
+    k2_narrow = next(r for r in narrow_rows if r.candidate.num_speculative_tokens == 2)
+    assert k2.tokens_per_s_high - k2.tokens_per_s_low > 5 * (k2_narrow.tokens_per_s_high - k2_narrow.tokens_per_s_low)
+    alone = fit_throughput_model([observe(5, 1)]).fit_for(1, DSPARK)
+    assert alone.wide_band and "no off point" in alone.basis
+
+
+def test_two_draft_lengths_borrow_noise_from_the_other_fits():
+    rng = np.random.default_rng(3)
+    observations = [observe(k, 4, rng, 0.03) for k in (1, 2, 3, 5)] + [observe(k, 1, rng, 0.03) for k in (1, 4)]
+    model = fit_throughput_model(observations)
+    fit = model.fit_for(1, DSPARK)
+    assert fit.residual_df == 0 and "noise from the other fits" in fit.basis
+    assert fit.relative_sd == pytest.approx(model.pooled_relative_sd)
+
+
+def test_draws_are_paired_across_k():
+    rng = np.random.default_rng(4)
+    observations = [observe(k, 1, rng, 0.03) for k in (0, 1, 2, 3, 4, 5, 6) for _ in range(2)]
+    model = fit_throughput_model(observations)
+    sample = sample_rates(model, {DSPARK: S}, concurrency=1, draws=2000, seed=1)
+    line = [sample.candidates.index(Candidate(drafter=DSPARK, num_speculative_tokens=k)) for k in (7, 8)]
+    paired = np.std(sample.draws[:, line[1]] - sample.draws[:, line[0]])
+    unpaired = np.hypot(np.std(sample.draws[:, line[0]]), np.std(sample.draws[:, line[1]]))
+    assert paired < 0.5 * unpaired
+    again = sample_rates(model, {DSPARK: S}, concurrency=1, draws=2000, seed=1)
+    assert np.array_equal(sample.draws, again.draws)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"output_tokens_per_s": 0.0},
+        {"output_tokens_per_s": float("nan")},
+        {"tokens_per_step": -1.0},
+        {"concurrency": 0},
+        {"num_speculative_tokens": -1},
+    ],
+)
+def test_unusable_observations_raise_fit_error(bad):
+    row = {"num_speculative_tokens": 2, "concurrency": 1, "output_tokens_per_s": 40.0, "tokens_per_step": 2.0}
+    with pytest.raises(FitError):
+        fit_throughput_model([ThroughputObservation(**{**row, **bad}, drafter=DSPARK)])
+
+
+def test_nothing_measured_at_a_concurrency_raises_fit_error():
+    model = fit_throughput_model([observe(2, 1)])
+    with pytest.raises(FitError, match="concurrency 4"):
+        sample_rates(model, {DSPARK: S}, concurrency=4)
+
+
+def test_model_and_predictions_serialise_to_json():
+    model = fit_throughput_model([observe(k, 1) for k in (0, 2, 4)])
+    rows = predict_throughput(model, {DSPARK: S}, concurrency=1)
+    json.dumps({"model": asdict(model), "rows": [asdict(r) for r in rows]}, allow_nan=False)
