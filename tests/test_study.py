@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,15 +63,33 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
     assert elapsed < 180  # about a minute on 2 cores; the bound leaves room for a loaded machine
     best = {}
     for level in (1, 4):
-        match = re.search(rf"technical at concurrency {level}: k=(\d+) (\w+)", out)
-        assert match, out
-        best[level] = (int(match.group(1)), match.group(2))
+        measured = re.search(rf"technical at concurrency {level}: k=(\d+) (\w+) ", out)  # best measured
+        modelled = re.search(rf"technical at concurrency {level}: k=(\d+) dspark (\w+), ", out)  # recommended
+        assert measured and modelled, out
+        best[level] = (int(modelled.group(1)), modelled.group(2))
         assert best[level] == true_best("technical", level, 5)
+        assert (int(measured.group(1)), measured.group(2)) == best[level]
     assert best[1][0] < 5  # shorter than the report's k = 5
     snippet = re.search(r"--speculative-config '(.+)'", out)
-    assert json.loads(snippet.group(1))["num_speculative_tokens"] == best[1][0]
-    parse_speculative_config(snippet.group(1))
+    spec = parse_speculative_config(snippet.group(1))
+    # one k per concurrency level: a per-batch-size table when they differ
+    assert [spec.k_for_batch_size(level) for level in (1, 4)] == [best[1][0], best[4][0]]
     folder = tmp_path / "studies" / "emulator-technical"
+    # The report and the snippet from a copy of the study folder, with no server running.
+    copy = tmp_path / "elsewhere" / "emulator-technical"
+    shutil.copytree(folder, copy)
+    report = specsweep("report", str(copy), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    for name in ("report.md", "report.html", "results.json", "figures/acceptance-technical.png",
+                 "figures/throughput-technical.png", "figures/history.png"):  # fmt: skip
+        assert (copy / "report" / name).stat().st_size > 0, name
+    results = json.loads((copy / "report" / "results.json").read_text())
+    assert [(r["concurrency"], r["choice"]["num_speculative_tokens"]) for r in results["recommendations"]] == [
+        (1, best[1][0]), (4, best[4][0]),
+    ]  # fmt: skip
+    recommended = specsweep("recommend", str(copy), "--format", "json", cwd=tmp_path)
+    assert recommended.returncode == 0, recommended.stderr
+    assert parse_speculative_config(recommended.stdout) == spec
     assert (folder / "study.db").is_file()
     assert len(list((folder / "trials").glob("trial-*.json"))) == 11
     assert emulator_processes("--time-scale 100.0") == []

@@ -152,3 +152,21 @@ class BootFacts:
     def binding_memory_suggestion(self) -> float | None:
         """The KV pool is the minimum over ranks, so the largest suggestion binds."""
         return max(self.memory_suggestions) if self.memory_suggestions else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeasuredConfig:
+    """One measured configuration of a study."""
+
+    trial: int
+    key: str
+    spec: SpeculativeConfig | None
+    objective: float
+    feasible: bool
+    results: dict[str, Any]  # workload -> concurrency (str) -> figures
+    boot: dict[str, Any]  # boot facts read from the server's log
+    startup_s: float | None
+
+    def rate(self, workload: str, concurrency: int) -> float | None:
+        row = self.results.get(workload, {}).get(str(concurrency))
+        return None if row is None else row.get("output_tokens_per_s")

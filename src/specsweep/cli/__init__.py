@@ -8,7 +8,7 @@ import click
 import typer
 
 from specsweep import __version__
-from specsweep.cli import emulate, measure, study, workloads
+from specsweep.cli import emulate, measure, recommend, report, study, workloads
 from specsweep.errors import SpecsweepError
 from specsweep.tuning.study import StudyInterrupted
 
@@ -22,6 +22,8 @@ app = typer.Typer(
 )
 app.command("study")(study.study)
 app.command("measure")(measure.measure)
+app.command("report")(report.report)
+app.command("recommend")(recommend.recommend)
 app.command("emulate")(emulate.emulate)
 app.command("workloads")(workloads.workloads)
 

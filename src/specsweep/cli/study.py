@@ -10,6 +10,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from specsweep.cli.recommend import print_analysis
 from specsweep.config import (
     EmulatorServer,
     MeasureConfig,
@@ -20,8 +21,9 @@ from specsweep.config import (
     load_study_config,
 )
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
-from specsweep.report.snippets import render_snippet
-from specsweep.tuning.recommend import best_overall, measured_configs, pick_best
+from specsweep.errors import FitError
+from specsweep.report.snippets import render_snippet, snippet_format_for
+from specsweep.tuning.recommend import analyze_stored_study, best_overall, measured_configs, pick_best
 from specsweep.tuning.study import StudyOutcome, StudyRunner, study_exists, study_paths
 
 # The default study: the emulator's default profile (the DGX Spark field report), the report's
@@ -110,6 +112,8 @@ def study(
         outcome = runner.run(max_trials=trials)
     out.print(f"\nstopped: {outcome.stop_reason} ({outcome.restarts} server restarts this run)")
     print_recommendation(out, outcome, chosen)
+    if paths.storage.startswith("sqlite:///"):
+        out.print(f"figures, tables and fits: specsweep report {paths.folder}")
 
 
 def _describe(spec: Any) -> str:
@@ -182,18 +186,19 @@ def print_recommendation(out: Console, outcome: StudyOutcome, config: StudyConfi
     if best is None:
         out.print("[red]no configuration met the objective's constraints.[/red]")
         return
-    engine = config.server.engine
-    fmt = {"llama.cpp": "llama.cpp", "sglang": "sglang"}.get(engine, "vllm")
-    out.print(
-        f"\n[bold]recommended[/bold] for objective concurrency {config.objective.concurrency}: "
-        f"{_describe(best.spec)} (trial {best.trial}, {best.objective:.1f} tok/s)"
-    )
-    out.print(render_snippet(best.spec, fmt))
+    fmt = snippet_format_for(config.server.engine)
+    try:
+        analysis, _, _ = analyze_stored_study(outcome.study)
+    except FitError as exc:
+        out.print(f"\n[yellow]no model-based recommendation ({exc}); the best measured configuration:[/yellow]")
+        out.print(render_snippet(best.spec, fmt), highlight=False, markup=False)
+    else:
+        print_analysis(out, analysis, fmt)
     _print_boot(out, best, on_emulator=config.server.engine == "emulator")
 
 
 def _print_boot(out: Console, best: Any, *, on_emulator: bool) -> None:
-    """What the recommended configuration's server said at boot."""
+    """What the best measured configuration's server said at boot."""
     boot = best.boot
     facts = []
     if best.startup_s is not None:
@@ -211,4 +216,4 @@ def _print_boot(out: Console, best: Any, *, on_emulator: bool) -> None:
     if boot.get("fp8_default_kernel_warning"):
         facts.append("the log warns that the default FP8 kernel config is used (a tuned one may be faster)")
     if facts:
-        out.print("boot: " + "; ".join(facts))
+        out.print(f"boot of trial {best.trial}: " + "; ".join(facts))

@@ -37,7 +37,7 @@ def measurement_to_dict(measurement: Measurement) -> dict[str, Any]:
             row["started_at"] = record.started_at - start  # seconds from the level's first request
             records.append(row)
         levels.append({**summary, "notes": list(level.notes), "records": records})
-    return _finite(
+    return finite_json(
         {
             "specsweep_version": __version__,
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -52,25 +52,30 @@ def measurement_to_dict(measurement: Measurement) -> dict[str, Any]:
     )
 
 
-def _finite(value: Any) -> Any:
+def finite_json(value: Any) -> Any:
     """JSON has no NaN or infinity: write them as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {str(k): finite_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [finite_json(v) for v in value]
     return value
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to ``path`` through a temporary file and a rename: never a half-written file."""
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_atomic(path: Path, content: str | bytes) -> None:
+    """Write text or bytes to ``path`` through a temporary file and a rename."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as handle:
-            json.dump(data, handle, indent=2)
-            handle.write("\n")
+        mode = "wb" if isinstance(content, bytes) else "w"
+        with tempfile.NamedTemporaryFile(mode, dir=path.parent, prefix=f".{path.name}.", delete=False) as handle:
+            handle.write(content)
             temporary = handle.name
         os.replace(temporary, path)
     except OSError as exc:

@@ -1,39 +1,26 @@
-"""The recommendation from a study's measured trials: best config per workload and concurrency.
+"""A study's stored trials as analysis input, the model-based analysis, and the best measured.
 
-Among completed, feasible trials (each configuration counted once), the measured aggregate
-output tok/s decides; the gain is reported against speculation off and against the baseline
-(the configuration run today) when the study measured them.
+``analyze_stored_study`` reads the study's measured configurations and settings from its
+optuna storage and runs analysis.study on them: fits, throughput model and the recommended k
+per workload and concurrency (what ``report``, ``recommend`` and the end of ``study`` show).
+``pick_best`` is the plain measured ranking beside it: among completed, feasible trials (each
+configuration counted once) the measured aggregate output tok/s decides, with the gain over
+speculation off and over the baseline (the configuration run today) when both were measured.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 import optuna
 
+from specsweep.analysis.study import StudyAnalysis, analyze_study
 from specsweep.engines.vllm import validate_speculative_config
+from specsweep.errors import ConfigError
 from specsweep.tuning.space import OFF
-from specsweep.types import SpeculativeConfig
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MeasuredConfig:
-    """One measured configuration of a study."""
-
-    trial: int
-    key: str
-    spec: SpeculativeConfig | None
-    objective: float
-    feasible: bool
-    results: dict[str, Any]  # workload -> concurrency (str) -> figures
-    boot: dict[str, Any]  # boot facts read from the server's log
-    startup_s: float | None
-
-    def rate(self, workload: str, concurrency: int) -> float | None:
-        row = self.results.get(workload, {}).get(str(concurrency))
-        return None if row is None else row.get("output_tokens_per_s")
+from specsweep.types import MeasuredConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,3 +87,67 @@ def best_overall(configs: list[MeasuredConfig]) -> MeasuredConfig | None:
     """The feasible configuration with the best objective (weighted over workloads)."""
     feasible = [c for c in configs if c.feasible]
     return max(feasible, key=lambda c: c.objective) if feasible else None
+
+
+def study_settings(study: optuna.Study, configs: list[MeasuredConfig]) -> dict:
+    """What the study was asked to do, from its attributes (older studies: from its trials)."""
+    attrs = study.user_attrs
+    workloads = list(attrs.get("workloads") or sorted({w for c in configs for w in c.results}))
+    levels = attrs.get("concurrency") or sorted(
+        {int(level) for c in configs for r in c.results.values() for level in r}
+    )
+    k_range = attrs.get("num_speculative_tokens_range")
+    baseline_key = attrs.get("baseline_key")
+    baseline = None
+    if baseline_key and baseline_key != OFF:
+        baseline = validate_speculative_config(json.loads(baseline_key))
+    return {
+        "workloads": workloads,
+        "concurrency_levels": [int(x) for x in levels],
+        "objective_concurrency": int(attrs.get("objective_concurrency") or min(int(x) for x in levels)),
+        "k_max": int(k_range[1]) if k_range else None,
+        "baseline": baseline,
+        "engine": attrs.get("engine", "vllm"),
+        "temperature": attrs.get("temperature"),
+    }
+
+
+def analyze_stored_study(study: optuna.Study, *, seed: int = 0) -> tuple[StudyAnalysis, list[MeasuredConfig], dict]:
+    """The model-based analysis of a stored study, with the configurations and settings behind it."""
+    configs = measured_configs(study)
+    settings = study_settings(study, configs)
+    analysis = analyze_study(
+        configs,
+        workloads=settings["workloads"],
+        concurrency_levels=settings["concurrency_levels"],
+        objective_concurrency=settings["objective_concurrency"],
+        k_max=settings["k_max"],
+        baseline=settings["baseline"],
+        seed=seed,
+    )
+    return analysis, configs, settings
+
+
+def load_stored_study(folder: Path | None, *, storage: str | None = None, name: str | None = None) -> optuna.Study:
+    """A study from its folder (studies/NAME/study.db) or from a storage URL and a name."""
+    if storage is None:
+        if folder is None:
+            raise ConfigError(
+                "name a study folder (e.g. studies/emulator-technical) or pass --storage and --study-name."
+            )
+        database = Path(folder) / "study.db"
+        if not database.is_file():
+            raise ConfigError(
+                f"{folder} holds no study.db; pass the study's folder, or --storage URL --study-name NAME."
+            )
+        storage = f"sqlite:///{database.as_posix()}"
+    study_name = name or (Path(folder).name if folder is not None else None)
+    if study_name is None:
+        raise ConfigError("--storage needs --study-name NAME.")
+    try:
+        return optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(storage)) or "none"
+        raise ConfigError(
+            f"there is no study {study_name!r} in {storage} (studies there: {names}); pass --study-name."
+        ) from None

@@ -120,6 +120,8 @@ def open_study(config: StudyConfig, paths: StudyPaths, *, resume: bool, space: S
         study.set_user_attr("temperature", config.measure.temperature)
         study.set_user_attr("objective_concurrency", config.objective.concurrency)
         study.set_user_attr("workloads", config.workloads)
+        study.set_user_attr("concurrency", list(config.measure.concurrency))
+        study.set_user_attr("num_speculative_tokens_range", list(config.search.num_speculative_tokens))
         if config.search.no_speculation:
             study.enqueue_trial(space.params_for(None))
         if config.search.baseline is not None:

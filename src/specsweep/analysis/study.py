@@ -1,0 +1,282 @@
+"""A whole study's measurements turned into a decision: fits, throughput models, recommendations.
+
+Input: the configurations a study measured (MeasuredConfig, read from its storage by the
+tuning layer). Per workload:
+- one acceptance fit per drafter (method + draft sampling + any other opened field), from the
+  trial that drafted the most positions with it, its levels' counts summed (acceptance at
+  position i does not depend on how many positions follow it, nor on the batch);
+- one throughput model from every trial's levels (step time against k per concurrency and
+  drafter, docs/analysis.md);
+- per concurrency level, the recommended k and drafter with its interval and gains;
+- when the best k of the objective's drafter differs across levels, a vLLM
+  ``num_speculative_tokens_per_batch_size`` table.
+Pure: no storage, no I/O. The report and the CLI render what this returns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
+from specsweep.analysis.recommendation import Recommendation, batch_size_table, recommend_draft_length
+from specsweep.analysis.throughput import (
+    Candidate,
+    Drafter,
+    RatePrediction,
+    ThroughputModel,
+    ThroughputObservation,
+    fit_throughput_model,
+    predict_throughput,
+)
+from specsweep.errors import FitError
+from specsweep.types import BatchSizeRange, MeasuredConfig, SpeculativeConfig
+
+# Batch sizes the per-batch-size table covers: past the largest measured level its k holds.
+TABLE_MAX_BATCH = 1024
+_NOT_DRAFTER_FIELDS = ("num_speculative_tokens", "draft_sample_method", "num_speculative_tokens_per_batch_size")
+
+
+def drafter_of(spec: SpeculativeConfig | None) -> Drafter | None:
+    """The drafter a spec config runs: everything but its draft length (None: speculation off)."""
+    if spec is None or not spec.num_speculative_tokens:
+        return None
+    fields = {k: v for k, v in json.loads(spec.to_json()).items() if k not in _NOT_DRAFTER_FIELDS}
+    method = str(fields.pop("method", None) or "draft")
+    if fields:
+        method += " " + ",".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in sorted(fields.items()))
+    return Drafter(method=method, draft_sample_method=spec.draft_sample_method)
+
+
+def candidate_of(spec: SpeculativeConfig | None, concurrency: int = 1) -> Candidate:
+    """The candidate a spec config is at a concurrency (a per-batch table picks its k there)."""
+    drafter = drafter_of(spec)
+    k = spec.k_for_batch_size(concurrency) if spec is not None else 0
+    return Candidate(drafter=drafter if k else None, num_speculative_tokens=k if drafter else 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrafterAcceptance:
+    """The acceptance fit of one drafter on one workload, and the trial it came from."""
+
+    workload: str
+    drafter: Drafter
+    trial: int
+    fit: AcceptanceFit
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadPredictions:
+    """Predicted rate against k for every drafter at one concurrency (the throughput figure)."""
+
+    workload: str
+    concurrency: int
+    rows: tuple[RatePrediction, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnippetPlan:
+    """The configuration to paste for one workload: the objective's choice, and a per-batch
+    table when other concurrency levels want another k of the same drafter."""
+
+    workload: str
+    spec: SpeculativeConfig | None
+    k_by_concurrency: dict[int, int]
+    table: tuple[BatchSizeRange, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyAnalysis:
+    """Everything the report shows, from stored measurements only."""
+
+    workloads: tuple[str, ...]
+    concurrency_levels: tuple[int, ...]
+    objective_concurrency: int
+    k_max: int
+    acceptance: tuple[DrafterAcceptance, ...]
+    models: dict[str, ThroughputModel]
+    predictions: tuple[WorkloadPredictions, ...]
+    recommendations: tuple[Recommendation, ...]
+    snippets: tuple[SnippetPlan, ...]
+    notes: tuple[str, ...]
+
+    def recommendation(self, workload: str, concurrency: int) -> Recommendation | None:
+        for rec in self.recommendations:
+            if rec.workload == workload and rec.concurrency == concurrency:
+                return rec
+        return None
+
+    def snippet(self, workload: str) -> SnippetPlan | None:
+        return next((s for s in self.snippets if s.workload == workload), None)
+
+
+def analyze_study(
+    configs: Sequence[MeasuredConfig],
+    *,
+    workloads: Sequence[str],
+    concurrency_levels: Sequence[int],
+    objective_concurrency: int,
+    k_max: int | None = None,
+    baseline: SpeculativeConfig | None = None,
+    confidence: float = 0.95,
+    draws: int = 400,
+    seed: int = 0,
+) -> StudyAnalysis:
+    """Fit, model and recommend for every workload and concurrency level a study measured."""
+    measured = [c for c in configs if c.feasible]
+    if not measured:
+        raise FitError("the study has no successfully measured configuration to analyse; run more trials.")
+    largest = max((c.spec.num_speculative_tokens or 0 for c in measured if c.spec is not None), default=0)
+    k_max = max(k_max or 0, largest, 1)
+    notes: list[str] = []
+    acceptance: list[DrafterAcceptance] = []
+    models: dict[str, ThroughputModel] = {}
+    predictions: list[WorkloadPredictions] = []
+    recommendations: list[Recommendation] = []
+    snippets: list[SnippetPlan] = []
+    for workload in workloads:
+        fits = _acceptance_fits(measured, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
+        acceptance.extend(fits)
+        observations = _observations(measured, workload)
+        levels = [b for b in concurrency_levels if any(o.concurrency == b for o in observations)]
+        if not observations or not levels:
+            notes.append(f"{workload}: no level was measured successfully; nothing to recommend.")
+            continue
+        model = fit_throughput_model(observations)
+        models[workload] = model
+        by_drafter = {f.drafter: f.fit for f in fits}
+        unfitted = {o.drafter for o in observations if o.drafter is not None} - set(by_drafter)
+        for drafter in sorted(unfitted, key=lambda d: (d.method, d.draft_sample_method)):
+            notes.append(
+                f"{workload}: {drafter.method} ({drafter.draft_sample_method}) has no per-position acceptance "
+                "counts, so only its measured points are shown; it is not a candidate of the model."
+            )
+        model_inputs = {d: f for d, f in by_drafter.items()}
+        base = candidate_of(baseline, objective_concurrency) if baseline is not None else None
+        args_common = {"k_max": k_max, "confidence": confidence, "draws": draws, "seed": seed}
+        for level in levels:
+            args = {"concurrency": level, **args_common}
+            predictions.append(
+                WorkloadPredictions(
+                    workload=workload, concurrency=level, rows=predict_throughput(model, model_inputs, **args)
+                )
+            )
+            recommendations.append(
+                recommend_draft_length(model, model_inputs, workload=workload, baseline=base, **args)
+            )
+        target = objective_concurrency if objective_concurrency in levels else levels[0]
+        plan = _snippet(measured, recommendations, model, model_inputs, workload, levels, target, **args_common)
+        snippets.append(plan)
+        top = next(r for r in recommendations if r.workload == workload and r.concurrency == target)
+        if not top.speculation_off and top.choice.num_speculative_tokens >= k_max:
+            notes.append(
+                f"{workload}: the best k is the largest one considered ({k_max}); widen "
+                "search.num_speculative_tokens to see whether a longer draft pays."
+            )
+    return StudyAnalysis(
+        workloads=tuple(workloads),
+        concurrency_levels=tuple(concurrency_levels),
+        objective_concurrency=objective_concurrency,
+        k_max=k_max,
+        acceptance=tuple(acceptance),
+        models=models,
+        predictions=tuple(predictions),
+        recommendations=tuple(recommendations),
+        snippets=tuple(snippets),
+        notes=tuple(notes),
+    )
+
+
+def _row(config: MeasuredConfig, workload: str, concurrency: int | str) -> dict | None:
+    return config.results.get(workload, {}).get(str(concurrency))
+
+
+def _acceptance_fits(
+    configs: Sequence[MeasuredConfig], workload: str, *, k_max: int, confidence: float, draws: int, seed: int
+) -> list[DrafterAcceptance]:
+    """Per drafter, the fit from the trial that drafted the most positions (levels summed)."""
+    best: dict[Drafter, tuple[int, MeasuredConfig]] = {}
+    for config in configs:
+        drafter = drafter_of(config.spec)
+        if drafter is None or config.spec is None or config.spec.num_speculative_tokens_per_batch_size:
+            continue
+        rows = [r for r in config.results.get(workload, {}).values() if r.get("accepted_per_position")]
+        if not rows:
+            continue
+        depth = len(rows[0]["accepted_per_position"])
+        if drafter not in best or depth > best[drafter][0]:
+            best[drafter] = (depth, config)
+    out = []
+    for drafter, (depth, config) in sorted(
+        best.items(), key=lambda item: (item[0].method, item[0].draft_sample_method)
+    ):
+        rows = [r for r in config.results[workload].values() if r.get("accepted_per_position")]
+        rows = [r for r in rows if len(r["accepted_per_position"]) == depth]
+        drafts = sum(float(r["num_drafts"]) for r in rows)
+        counts = [sum(float(r["accepted_per_position"][i]) for r in rows) for i in range(depth)]
+        try:
+            fit = fit_acceptance(
+                num_drafts=drafts, accepted_per_position=counts, k_max=k_max, confidence=confidence, draws=draws,
+                seed=seed,
+            )  # fmt: skip
+        except FitError:
+            continue
+        out.append(DrafterAcceptance(workload=workload, drafter=drafter, trial=config.trial, fit=fit))
+    return out
+
+
+def _observations(configs: Sequence[MeasuredConfig], workload: str) -> list[ThroughputObservation]:
+    out = []
+    for config in configs:
+        for level, row in config.results.get(workload, {}).items():
+            rate = row.get("output_tokens_per_s")
+            if not rate or rate <= 0:
+                continue
+            concurrency = int(level)
+            candidate = candidate_of(config.spec, concurrency)
+            tokens_per_step = 1.0
+            if not candidate.off:
+                length = row.get("mean_acceptance_length")
+                if not length:
+                    continue  # drafted but no acceptance: its step time is unknown
+                tokens_per_step = float(length)
+            out.append(
+                ThroughputObservation(
+                    num_speculative_tokens=candidate.num_speculative_tokens,
+                    concurrency=concurrency,
+                    output_tokens_per_s=float(rate),
+                    tokens_per_step=tokens_per_step,
+                    drafter=candidate.drafter,
+                    workload=workload,
+                    weight=float(row.get("requests") or 1),
+                )
+            )
+    return out
+
+
+def _snippet(
+    configs: Sequence[MeasuredConfig],
+    recommendations: Sequence[Recommendation],
+    model: ThroughputModel,
+    acceptance: dict[Drafter, AcceptanceFit],
+    workload: str,
+    levels: Sequence[int],
+    objective_concurrency: int,
+    **args,
+) -> SnippetPlan:
+    """The spec to paste: the objective level's choice; other levels' best k of that drafter."""
+    top = next(r for r in recommendations if r.workload == workload and r.concurrency == objective_concurrency)
+    if top.speculation_off or top.choice.drafter is None:
+        return SnippetPlan(workload=workload, spec=None, k_by_concurrency={}, table=())
+    drafter = top.choice.drafter
+    k_by_level = {objective_concurrency: top.choice.num_speculative_tokens}
+    for level in levels:
+        if level != objective_concurrency:
+            rec = recommend_draft_length(model, {drafter: acceptance[drafter]}, concurrency=level, **args)
+            k_by_level[level] = rec.choice.num_speculative_tokens
+    template = next(c.spec for c in configs if c.spec is not None and drafter_of(c.spec) == drafter)
+    k = max(k_by_level.values())
+    table = batch_size_table(k_by_level, max_batch=TABLE_MAX_BATCH) if len(set(k_by_level.values())) > 1 else ()
+    spec = replace(template, num_speculative_tokens=k, num_speculative_tokens_per_batch_size=table or None)
+    return SnippetPlan(workload=workload, spec=spec, k_by_concurrency=dict(sorted(k_by_level.items())), table=table)

@@ -1,0 +1,59 @@
+"""``specsweep report``: fits, figures, tables and the recommendation from a stored study."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import typer
+from rich.console import Console
+
+from specsweep.cli.recommend import print_analysis
+from specsweep.errors import ConfigError
+from specsweep.report.figures import TrialPoint
+from specsweep.report.snippets import FORMATS, snippet_format_for
+from specsweep.report.study_report import write_report
+from specsweep.tuning.recommend import analyze_stored_study, load_stored_study
+
+
+def trial_history(study: optuna.Study) -> list[TrialPoint]:
+    """Every trial of the study as the history figure needs it."""
+    return [
+        TrialPoint(
+            number=t.number,
+            state=t.state.name,
+            value=t.value,
+            label=t.user_attrs.get("spec") or "speculation off",
+        )
+        for t in study.get_trials(deepcopy=False)
+    ]
+
+
+def report(
+    folder: Path = typer.Argument(None, help="Study folder, e.g. studies/emulator-technical."),
+    out: Path = typer.Option(None, help="Where to write the report (default: FOLDER/report)."),
+    fmt: str = typer.Option(None, "--format", help="Snippet format in the report (default: the engine's)."),
+    storage: str = typer.Option(None, help="Optuna storage URL instead of the folder's study.db."),
+    study_name: str = typer.Option(None, help="Study name in --storage (default: the folder's name)."),
+) -> None:
+    """Write the study's report: figures, report.md, a self-contained report.html, results.json.
+
+    Acceptance-decay fits (geometric, logistic, exponential decay, beta-geometric; chosen by
+    AIC), a throughput model against draft length per concurrency, the recommended k per
+    workload and concurrency with intervals, and the snippet to paste. Uses stored data only:
+    a copied study folder reports with no server.
+    """
+    study = load_stored_study(folder, storage=storage, name=study_name)
+    analysis, configs, settings = analyze_stored_study(study)
+    fmt = fmt or snippet_format_for(settings["engine"])
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}.")
+    target = out or (Path(folder) / "report" if folder is not None else Path(f"{study.study_name}-report"))
+    files = write_report(
+        analysis, configs, settings, trial_history(study), target, name=study.study_name, snippet_format=fmt
+    )
+    console = Console(soft_wrap=True)
+    print_analysis(console, analysis, fmt)
+    console.print(
+        f"\nwrote {files.markdown}, {files.html}, {files.results} and {len(files.figures)} figures in {files.folder}"
+    )

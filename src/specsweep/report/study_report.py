@@ -1,0 +1,252 @@
+"""The study report: recommendation table, snippets, figures and fits, as markdown, HTML and JSON.
+
+Everything comes from a StudyAnalysis and the stored measurements behind it, so a copied study
+folder reports with no server and no network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from specsweep.analysis.recommendation import Gain, Recommendation
+from specsweep.analysis.study import StudyAnalysis
+from specsweep.report import document as doc
+from specsweep.report.figures import (
+    TrialPoint,
+    acceptance_figure_data,
+    candidate_label,
+    drafter_label,
+    history_figure_data,
+    render_figure,
+    throughput_figure_data,
+)
+from specsweep.report.snippets import render_snippet
+from specsweep.runtime.store import finite_json, write_atomic, write_json_atomic
+from specsweep.types import MeasuredConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportFiles:
+    """What ``write_report`` wrote."""
+
+    folder: Path
+    markdown: Path
+    html: Path
+    results: Path
+    figures: tuple[Path, ...]
+
+
+def percent(value: float | None, low: float | None = None, high: float | None = None) -> str:
+    if value is None:
+        return "-"
+    text = f"{100 * value:+.1f}%"
+    if low is not None and high is not None:
+        text += f" [{100 * low:+.1f}, {100 * high:+.1f}]"
+    return text
+
+
+def gain_text(gain: Gain | None) -> str:
+    """'+12.3% [+10.1, +14.0] predicted, +12.0% measured' (what is known of it)."""
+    if gain is None:
+        return "-"
+    parts = []
+    if gain.predicted is not None:
+        parts.append(percent(gain.predicted, gain.predicted_low, gain.predicted_high) + " predicted")
+    if gain.measured is not None:
+        parts.append(percent(gain.measured) + " measured")
+    return ", ".join(parts) or "-"
+
+
+def recommendation_rows(analysis: StudyAnalysis) -> list[tuple[str, ...]]:
+    """One row per workload and concurrency: the choice, its rate, its gains, why."""
+    rows = []
+    for rec in analysis.recommendations:
+        measured = f"{rec.measured_tokens_per_s:.1f}" if rec.measured_tokens_per_s is not None else "not measured"
+        rows.append(
+            (
+                rec.workload,
+                str(rec.concurrency),
+                candidate_label(rec.choice),
+                f"{rec.tokens_per_s:.1f} [{rec.tokens_per_s_low:.1f}, {rec.tokens_per_s_high:.1f}]",
+                measured,
+                gain_text(rec.gain_over_off),
+                gain_text(rec.gain_over_baseline),
+                "yes" if rec.tie_rule_applied else "",
+            )
+        )
+    return rows
+
+
+RECOMMENDATION_HEADER = (
+    "workload", "concurrency", "recommended", "predicted tok/s [95%]", "measured tok/s", "vs speculation off",
+    "vs baseline", "smaller k by tie rule",
+)  # fmt: skip
+
+
+def snippet_for(analysis: StudyAnalysis, workload: str, fmt: str) -> str:
+    """The paste-ready snippet for one workload (per-batch table included when it pays)."""
+    plan = analysis.snippet(workload)
+    return render_snippet(plan.spec if plan is not None else None, fmt)
+
+
+def write_report(
+    analysis: StudyAnalysis,
+    configs: Sequence[MeasuredConfig],
+    settings: dict[str, Any],
+    history: Sequence[TrialPoint],
+    folder: Path,
+    *,
+    name: str,
+    snippet_format: str = "vllm",
+) -> ReportFiles:
+    """Write figures, report.md, report.html and results.json into ``folder``."""
+    figures_dir = folder / "figures"
+    figures: list[Path] = []
+    blocks: list[doc.Block] = [doc.Heading(text=f"specsweep report: {name}", level=1)]
+    blocks.append(doc.Paragraph(text=_summary(analysis, configs, settings, history)))
+    blocks.append(doc.Heading(text="Recommendation"))
+    blocks.append(doc.Table(header=RECOMMENDATION_HEADER, rows=tuple(recommendation_rows(analysis))))
+    for workload in analysis.workloads:
+        plan = analysis.snippet(workload)
+        if plan is None:
+            continue
+        text = snippet_for(analysis, workload, snippet_format)
+        where = f" (k by concurrency {plan.k_by_concurrency}, as a per-batch-size table)" if plan.table else ""
+        blocks.append(doc.Paragraph(text=f"{workload}: paste{where}"))
+        blocks.append(doc.Code(text=text))
+    blocks.append(doc.Bullets(items=tuple(r.reason for r in analysis.recommendations) + analysis.notes))
+    for workload in analysis.workloads:
+        blocks.append(doc.Heading(text=f"{workload}: acceptance decay"))
+        path = render_figure(acceptance_figure_data(analysis, workload), figures_dir / f"acceptance-{workload}.png")
+        figures.append(path)
+        blocks.append(doc.Figure(path=path, caption=f"Per-position and conditional acceptance, {workload}"))
+        blocks.extend(_fit_blocks(analysis, workload))
+        blocks.append(doc.Heading(text=f"{workload}: throughput against draft length"))
+        path = render_figure(throughput_figure_data(analysis, workload), figures_dir / f"throughput-{workload}.png")
+        figures.append(path)
+        blocks.append(doc.Figure(path=path, caption=f"Measured points, model and 95% band, {workload}"))
+        model = analysis.models.get(workload)
+        if model is not None:
+            blocks.append(doc.Bullets(items=tuple(
+                f"concurrency {f.concurrency}, {drafter_label(f.drafter)}: {f.basis}" for f in model.fits
+            )))  # fmt: skip
+    blocks.append(doc.Heading(text="Measured configurations"))
+    blocks.append(_measured_table(analysis, configs))
+    path = render_figure(history_figure_data(history, "objective tok/s"), figures_dir / "history.png")
+    figures.append(path)
+    blocks.append(doc.Figure(path=path, caption="Every trial's objective and the best so far"))
+    markdown = folder / "report.md"
+    html_path = folder / "report.html"
+    results = folder / "results.json"
+    write_atomic(markdown, doc.render_markdown(blocks, folder=folder))
+    write_atomic(html_path, doc.render_html(blocks, title=f"specsweep report: {name}"))
+    write_json_atomic(results, results_document(analysis, configs, settings, snippet_format))
+    return ReportFiles(folder=folder, markdown=markdown, html=html_path, results=results, figures=tuple(figures))
+
+
+def results_document(
+    analysis: StudyAnalysis, configs: Sequence[MeasuredConfig], settings: dict[str, Any], snippet_format: str
+) -> dict[str, Any]:
+    """Everything the report shows, as JSON."""
+    return finite_json(
+        {
+            "settings": {**settings, "baseline": settings["baseline"].to_json() if settings.get("baseline") else None},
+            "recommendations": [asdict(r) for r in analysis.recommendations],
+            "snippets": {
+                w: {"format": snippet_format, "text": snippet_for(analysis, w, snippet_format)}
+                for w in analysis.workloads
+            },
+            "acceptance": [asdict(a) for a in analysis.acceptance],
+            "throughput_models": {w: asdict(m) for w, m in analysis.models.items()},
+            "predictions": [asdict(p) for p in analysis.predictions],
+            "notes": list(analysis.notes),
+            "measured": [
+                {"trial": c.trial, "spec": c.spec.to_json() if c.spec else None, "results": c.results} for c in configs
+            ],
+        }
+    )
+
+
+def _summary(
+    analysis: StudyAnalysis, configs: Sequence[MeasuredConfig], settings: dict[str, Any], history: Sequence[TrialPoint]
+) -> str:
+    failed = sum(t.state == "FAIL" for t in history)
+    temperature = settings.get("temperature")
+    return (
+        f"Engine {settings.get('engine')}, workloads {', '.join(analysis.workloads)}, concurrency "
+        f"{', '.join(map(str, analysis.concurrency_levels))} (objective at {analysis.objective_concurrency}), "
+        + (f"temperature {temperature:g}, " if temperature is not None else "")
+        + f"draft lengths up to {analysis.k_max}; {len(configs)} configurations measured, {failed} trials failed. "
+        "Rates are aggregate output tok/s, client side, exact token counts from usage; intervals are 95%."
+    )
+
+
+def _fit_blocks(analysis: StudyAnalysis, workload: str) -> list[doc.Block]:
+    blocks: list[doc.Block] = []
+    for entry in (a for a in analysis.acceptance if a.workload == workload):
+        fit = entry.fit
+        blocks.append(
+            doc.Paragraph(
+                text=f"{drafter_label(entry.drafter)} (trial {entry.trial}, {fit.num_drafts:,.0f} drafts): "
+                f"{fit.chosen} chosen. {fit.choice_reason}"
+            )
+        )
+        chosen = fit.model(fit.chosen)
+        rows = []
+        for p in fit.positions:
+            conditional = "-" if p.conditional is None else f"{p.conditional:.3f}"
+            rows.append((str(p.position), f"{p.per_position:.3f} [{p.per_position_low:.3f}, {p.per_position_high:.3f}]",
+                         conditional, f"{chosen.per_position[p.position - 1]:.3f}"))  # fmt: skip
+        blocks.append(doc.Table(header=("position", "S_i measured [Wilson 95%]", "p_i measured", f"S_i {fit.chosen}"),
+                                rows=tuple(rows)))  # fmt: skip
+        models = tuple(
+            (m.name, ", ".join(f"{n}={v:.3f}" for n, v in zip(m.param_names, m.params, strict=True)),
+             "-" if m.aic is None else f"{m.aic:.1f}", f"{m.delta_aic:.1f}")
+            for m in fit.models
+        )  # fmt: skip
+        blocks.append(doc.Table(header=("model", "parameters", "AIC", "delta AIC"), rows=models))
+        blocks.append(
+            doc.Table(
+                header=("k", "E(k) tokens per step [95%]", "source"),
+                rows=tuple(
+                    (str(p.num_speculative_tokens),
+                     f"{p.tokens_per_step:.3f} [{p.tokens_per_step_low:.3f}, {p.tokens_per_step_high:.3f}]", p.source)
+                    for p in fit.prediction
+                ),
+            )
+        )  # fmt: skip
+    return blocks
+
+
+def _measured_table(analysis: StudyAnalysis, configs: Sequence[MeasuredConfig]) -> doc.Table:
+    header = ["trial", "configuration"]
+    for workload in analysis.workloads:
+        header += [f"{workload} tok/s at {b}" for b in analysis.concurrency_levels]
+    rows = []
+    for config in sorted(configs, key=lambda c: c.trial):
+        row = [str(config.trial), config.spec.to_json() if config.spec else "speculation off"]
+        for workload in analysis.workloads:
+            for level in analysis.concurrency_levels:
+                rate = config.rate(workload, level)
+                row.append("-" if rate is None else f"{rate:.1f}")
+        rows.append(tuple(row))
+    return doc.Table(header=tuple(header), rows=tuple(rows))
+
+
+def recommendation_summary(rec: Recommendation) -> str:
+    """One line: 'technical at 1: k=2 dspark probabilistic, 33.2 tok/s [32.5, 33.7] predicted ...'."""
+    measured = f", {rec.measured_tokens_per_s:.1f} measured" if rec.measured_tokens_per_s is not None else ""
+    gains = []
+    if rec.gain_over_off is not None and (rec.gain_over_off.predicted is not None or rec.gain_over_off.measured):
+        gains.append(f"{gain_text(rec.gain_over_off)} vs speculation off")
+    if rec.gain_over_baseline is not None:
+        gains.append(f"{gain_text(rec.gain_over_baseline)} vs baseline")
+    return (
+        f"{rec.workload} at concurrency {rec.concurrency}: {candidate_label(rec.choice)}, {rec.tokens_per_s:.1f} tok/s "
+        f"[{rec.tokens_per_s_low:.1f}, {rec.tokens_per_s_high:.1f}] predicted{measured}"
+        + (f"; {'; '.join(gains)}" if gains else "")
+        + (" (smaller k: not clearly slower)" if rec.tie_rule_applied else "")
+    )
