@@ -94,6 +94,8 @@ def open_storage(url: str, *, heartbeat_s: int | None) -> BaseStorage:
             f"storage {url!r} is not a storage URL; use sqlite:///PATH, postgresql://USER@HOST/DB "
             "or journal:///PATH.log (docs/study-config.md)."
         )
+    if kind == "sqlite" and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     engine_url = _with_driver(url)
     options: dict[str, Any] = {}
     if kind == "rdb":

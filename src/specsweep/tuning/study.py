@@ -261,7 +261,7 @@ class StudyRunner:
         budget = max_trials if max_trials is not None else config.trials
         deadline = time.monotonic() + config.wall_time_s if config.wall_time_s else None
         # Configurations that fail in this run (in any worker) are not retried in it.
-        since = len(self.study.get_trials(deepcopy=False))
+        before = frozenset(t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished())
         space_keys = set(self.space.distinct_keys())
         new_trials = restarts = failures = 0
         stop_reason = ""
@@ -277,7 +277,7 @@ class StudyRunner:
                     stop_reason = f"wall-time budget reached ({config.wall_time_s:.0f} s)"
                     break
                 fail_stale_trials(self.study)
-                keys = self._key_states(since)
+                keys = self._key_states(before)
                 measured, failed = keys.measured, keys.failed
                 if not self._queued():
                     if space_keys <= keys.settled():
@@ -318,7 +318,7 @@ class StudyRunner:
                 trial.set_user_attr("spec", None if spec is None else spec.to_json())
                 # Read again now that this trial claims the key in the storage: another worker
                 # may have measured it, or be measuring it, since the look above.
-                measured, failed, owner = self._claim(trial.number, key, since)
+                measured, failed, owner = self._claim(trial.number, key, before)
                 if key in measured:
                     self._reuse(trial, measured[key])
                     continue
@@ -371,8 +371,8 @@ class StudyRunner:
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
             return self.study.ask()
 
-    def _key_states(self, since: int, *, exclude: int | None = None) -> KeyStates:
-        """Measured, failed (trial number >= ``since``) and running configurations, from the storage."""
+    def _key_states(self, before: frozenset[int], *, exclude: int | None = None) -> KeyStates:
+        """Measured, failed (not among the trials finished ``before``) and running configurations."""
         measured: dict[str, int] = {}
         failed: dict[str, int] = {}
         running: dict[str, list[tuple[int, str]]] = {}
@@ -384,7 +384,7 @@ class StudyRunner:
                 continue
             if trial.state == states.COMPLETE and "reused_from" not in attrs:
                 measured.setdefault(key, trial.number)
-            elif trial.state == states.FAIL and trial.number >= since and "fail_reason" in attrs:
+            elif trial.state == states.FAIL and trial.number not in before and "fail_reason" in attrs:
                 # a trial failed for missed heartbeats has no reason: its configuration is queued again
                 failed.setdefault(key, trial.number)
             elif trial.state == states.RUNNING:
@@ -392,7 +392,7 @@ class StudyRunner:
         return KeyStates(measured=measured, failed=failed, running=running)
 
     def _claim(
-        self, number: int, key: str, since: int
+        self, number: int, key: str, before: frozenset[int]
     ) -> tuple[dict[str, int], dict[str, int], tuple[int, str] | None]:
         """Measured and failed keys as the storage has them now, and which other trial owns ``key``.
 
@@ -404,7 +404,7 @@ class StudyRunner:
         """
         give_up = time.monotonic() + 3.0
         while True:
-            keys = self._key_states(since, exclude=number)
+            keys = self._key_states(before, exclude=number)
             claims = keys.running.get(key, [])
             earlier = [c for c in claims if c[0] < number]
             if earlier or not claims or key in keys.measured or key in keys.failed:
