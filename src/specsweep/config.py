@@ -26,7 +26,9 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
 
 # Every key a study file may hold, by table: docs/study-config.md documents exactly these.
 KNOWN_KEYS: dict[str, tuple[str, ...]] = {
-    "study": ("name", "storage", "sampler", "seed", "trials", "wall_time_s", "max_consecutive_failures"),
+    "study": (
+        "name", "storage", "sampler", "seed", "trials", "wall_time_s", "max_consecutive_failures", "heartbeat_s",
+    ),
     "server": (
         "engine", "mode", "start", "stop", "wait_free", "env", "host", "port", "ready_timeout_s", "ready_path",
         "stop_grace_s", "model", "api", "api_key_env",
@@ -131,6 +133,7 @@ class StudyConfig:
     trials: int | None = None  # None: the whole grid
     wall_time_s: float | None = None
     max_consecutive_failures: int = 3
+    heartbeat_s: int = 20  # on a shared database: seconds between a worker's heartbeats
     server: ServerConfig = field(default_factory=ServerConfig)
     search: SearchSpace = field(default_factory=SearchSpace)
     workloads: dict[str, float] = field(default_factory=lambda: {"prose": 1.0})
@@ -170,6 +173,9 @@ def parse_study_config(data: dict[str, Any], *, source: str = "<study>") -> Stud
     failures = _get(study, "study.max_consecutive_failures", int, source, default=3)
     if failures < 1:
         raise ConfigError(f"{source}: study.max_consecutive_failures must be >= 1.")
+    heartbeat = _get(study, "study.heartbeat_s", int, source, default=20)
+    if heartbeat < 1:
+        raise ConfigError(f"{source}: study.heartbeat_s must be a whole number of seconds >= 1.")
 
     config = StudyConfig(
         name=name,
@@ -179,6 +185,7 @@ def parse_study_config(data: dict[str, Any], *, source: str = "<study>") -> Stud
         trials=trials,
         wall_time_s=wall,
         max_consecutive_failures=failures,
+        heartbeat_s=heartbeat,
         server=_parse_server(data.get("server", {}), source),
         search=_parse_search(data.get("search", {}), source),
         workloads=_parse_workloads(data.get("workloads", {"prose": 1.0}), source),

@@ -24,6 +24,7 @@ from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.errors import FitError
 from specsweep.report.snippets import render_snippet, snippet_format_for
 from specsweep.tuning.recommend import analyze_stored_study, best_overall, measured_configs, pick_best
+from specsweep.tuning.storage import default_worker, is_shared, shown
 from specsweep.tuning.study import StudyOutcome, StudyRunner, study_exists, study_paths
 
 # The default study: the emulator's default profile (the DGX Spark field report), the report's
@@ -69,16 +70,26 @@ def study(
     config: Path = typer.Option(None, help="Study TOML file (docs/study-config.md). Without it: the emulator."),
     trials: int = typer.Option(None, min=1, help="Most trials to run now (default: the config's budget)."),
     study_name: str = typer.Option(None, help="Study name (default: the config's)."),
-    storage: str = typer.Option(None, help="Optuna storage URL (default: SQLite in studies/NAME/)."),
+    storage: str = typer.Option(
+        None,
+        help="Optuna storage (default: SQLite in studies/NAME/). Shared by several machines: "
+        "postgresql://USER:PASSWORD@HOST/DB, or journal:///PATH.log on a shared filesystem.",
+    ),
     studies_dir: Path = typer.Option(Path("studies"), help="Folder that holds study folders."),
     resume: bool = typer.Option(False, "--resume", help="Continue an existing study."),
+    worker: str = typer.Option(
+        None,
+        help="This worker's name in a shared study, kept with every trial it runs (default: the host name); "
+        "workers on one host need different names.",
+    ),
 ) -> None:
     """Tune draft length and draft sampling: restart the server for each config, measure, recommend.
 
     Without --config it runs on the built-in emulator (the default profile reproduces a two-box
     DGX Spark running DeepSeek-V4-Flash with a 5-token drafter) and says so. Every trial is kept
     in an optuna study under studies/NAME/ (optuna-dashboard opens its study.db); --resume
-    continues one after a stop or a crash.
+    continues one after a stop or a crash. On a shared --storage every machine runs the same
+    command with its own server config: the first one creates the study, the others join it.
     """
     if config is None:
         chosen = default_study(workload or "technical")
@@ -90,9 +101,12 @@ def study(
         chosen = replace(chosen, name=study_name)
     out = Console(soft_wrap=True)
     paths = study_paths(chosen, studies_dir, storage)
-    if config is None and not resume and study_exists(chosen.name, paths.storage):
+    shared = is_shared(paths.storage)
+    if config is None and not resume and not shared and study_exists(chosen.name, paths.storage):
         # The built-in demo picks up where it left off instead of refusing to run twice.
-        out.print(f"study {chosen.name} exists in {paths.storage}: continuing it (--study-name NAME starts afresh)")
+        out.print(
+            f"study {chosen.name} exists in {shown(paths.storage)}: continuing it (--study-name NAME starts afresh)"
+        )
         resume = True
     on_emulator = chosen.server.engine == "emulator"
     if on_emulator:
@@ -102,11 +116,13 @@ def study(
             "Point --config at a study file to tune a real server."
         )
     status = out.status("opening the study")
-    runner = StudyRunner(chosen, paths, resume=resume, on_event=_printer(out, status))
+    worker = worker or default_worker()
+    runner = StudyRunner(chosen, paths, resume=resume, on_event=_printer(out, status), worker=worker)
     out.print(
         f"study [bold]{chosen.name}[/bold]: {runner.space.size()} distinct configurations, sampler {chosen.sampler}, "
         f"workloads {', '.join(chosen.workloads)}, concurrency {list(chosen.measure.concurrency)}, "
-        f"temperature {chosen.measure.temperature:g}; storage {paths.storage}"
+        f"temperature {chosen.measure.temperature:g}; storage {shown(paths.storage)}"
+        + (f"; worker {worker}, {len(runner.study.trials)} trials in the study so far" if shared else "")
     )
     with status:
         outcome = runner.run(max_trials=trials)
@@ -155,6 +171,10 @@ def _printer(out: Console, status: Any):
             out.print(f"trial {trial:3d}  [red]failed[/red]: {data['reason']}")
         elif kind == "reused":
             out.print(f"trial {trial:3d}  same server as trial {data['source']}: result reused, no restart")
+        elif kind == "elsewhere":
+            out.print(f"trial {trial:3d}  worker {data['worker']} measures this configuration (trial {data['source']})")
+        elif kind == "waiting":
+            status.update(f"other workers measure the rest (trials {data['trials']}): waiting for them")
 
     return on_event
 

@@ -20,6 +20,7 @@ from specsweep.analysis.study import StudyAnalysis, analyze_study
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.tuning.space import OFF
+from specsweep.tuning.storage import open_storage
 from specsweep.types import MeasuredConfig
 
 
@@ -144,10 +145,11 @@ def load_stored_study(folder: Path | None, *, storage: str | None = None, name: 
     study_name = name or (Path(folder).name if folder is not None else None)
     if study_name is None:
         raise ConfigError("--storage needs --study-name NAME.")
+    opened = open_storage(storage, heartbeat_s=None)
     try:
-        return optuna.load_study(study_name=study_name, storage=storage)
+        return optuna.load_study(study_name=study_name, storage=opened)
     except KeyError:
-        names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(storage)) or "none"
+        names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(opened)) or "none"
         raise ConfigError(
             f"there is no study {study_name!r} in {storage} (studies there: {names}); pass --study-name."
         ) from None

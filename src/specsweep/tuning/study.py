@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+import warnings
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,6 +27,18 @@ from specsweep.runtime.measure import Measurement, MeasureSettings, run_measure
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
 from specsweep.runtime.trial_server import TrialServer
 from specsweep.tuning.space import Space, build_space, config_key
+from specsweep.tuning.storage import (
+    Heartbeat,
+    default_worker,
+    fail_stale_trials,
+    has_heartbeats,
+    is_shared,
+    journal_path,
+    open_storage,
+    requeue_stale_trial,
+    shown,
+    storage_kind,
+)
 from specsweep.types import SpeculativeConfig
 from specsweep.workload import Workload, load_workload
 
@@ -60,6 +74,18 @@ def study_paths(config: StudyConfig, studies_dir: Path, storage: str | None = No
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class KeyStates:
+    """What the storage says about each configuration (key), for every worker of the study."""
+
+    measured: dict[str, int]  # key -> trial that measured it
+    failed: dict[str, int]  # key -> trial that failed it since this run began
+    running: dict[str, list[tuple[int, str]]]  # key -> (trial, worker) of RUNNING trials, by trial number
+
+    def settled(self) -> set[str]:
+        return set(self.measured) | set(self.failed)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StudyOutcome:
     """How a run of the study ended."""
 
@@ -70,51 +96,83 @@ class StudyOutcome:
     restarts: int
 
 
-def _sampler(config: StudyConfig, space: Space) -> optuna.samplers.BaseSampler:
+def _sampler(config: StudyConfig, space: Space, worker: str | None = None) -> optuna.samplers.BaseSampler:
     # "grid" enqueues every distinct configuration once (see open_study) rather than using
     # optuna's GridSampler, which counts duplicates (speculation off with each draft method)
     # and calls Study.stop(), which ask/tell loops may not.
+    # Workers of a shared study each seed by their name, or they would all draw the same configs.
+    seed = config.seed if worker is None else zlib.crc32(f"{config.seed}:{worker}".encode())
     if config.sampler == "tpe":
-        return optuna.samplers.TPESampler(seed=config.seed, constraints_func=_constraints)
-    return optuna.samplers.RandomSampler(seed=config.seed)
+        return optuna.samplers.TPESampler(seed=seed, constraints_func=_constraints)
+    return optuna.samplers.RandomSampler(seed=seed)
 
 
 def _constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
     return list(trial.user_attrs.get("constraints", [0.0]))
 
 
-def study_exists(name: str, storage: str) -> bool:
-    """Whether ``storage`` already holds a study called ``name`` (a missing SQLite file holds none)."""
-    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
-        return False
+def study_exists(name: str, storage: str | optuna.storages.BaseStorage) -> bool:
+    """Whether ``storage`` already holds a study called ``name`` (a missing SQLite or journal file holds none)."""
+    if isinstance(storage, str):
+        if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+            return False
+        if storage_kind(storage) == "journal" and not journal_path(storage).exists():
+            return False
+        storage = open_storage(storage, heartbeat_s=None)
     return name in {s.study_name for s in optuna.get_all_study_summaries(storage)}
 
 
-def open_study(config: StudyConfig, paths: StudyPaths, *, resume: bool, space: Space) -> optuna.Study:
-    """Create the study, or load it with ``resume``; trials left RUNNING by a killed run are failed."""
+def open_study(
+    config: StudyConfig,
+    paths: StudyPaths,
+    *,
+    resume: bool,
+    space: Space,
+    storage: optuna.storages.BaseStorage | None = None,
+    worker: str | None = None,
+) -> optuna.Study:
+    """Create the study, or load it with ``resume``; trials left RUNNING by a killed run are failed.
+
+    On a shared storage (a database server or a journal file) several workers run the same
+    study: each creates it if it is missing and joins it otherwise, no --resume needed. Only
+    trials left RUNNING by this same worker are failed here; other workers' trials are left to
+    their heartbeats.
+    """
     if paths.storage.startswith("sqlite:///"):
         paths.folder.mkdir(parents=True, exist_ok=True)
-    exists = study_exists(config.name, paths.storage)
-    if exists and not resume:
+    shared = is_shared(paths.storage)
+    worker = worker or default_worker()
+    storage = storage if storage is not None else open_storage(paths.storage, heartbeat_s=config.heartbeat_s)
+    exists = study_exists(config.name, storage)
+    if exists and not resume and not shared:
         raise ConfigError(
-            f"study {config.name!r} already exists in {paths.storage}; add --resume to continue it, "
+            f"study {config.name!r} already exists in {shown(paths.storage)}; add --resume to continue it, "
             "or choose another --study-name."
         )
     if resume and not exists:
-        raise ConfigError(f"there is no study {config.name!r} in {paths.storage} to resume.")
-    study = optuna.create_study(
-        study_name=config.name,
-        storage=paths.storage,
-        direction="maximize",
-        sampler=_sampler(config, space),
-        load_if_exists=resume,
-    )
+        raise ConfigError(f"there is no study {config.name!r} in {shown(paths.storage)} to resume.")
+    sampler = _sampler(config, space, worker if shared else None)
+    created = not exists
+    try:
+        study = optuna.create_study(
+            study_name=config.name, storage=storage, direction="maximize", sampler=sampler, load_if_exists=exists
+        )
+    except optuna.exceptions.DuplicatedStudyError:  # another worker created it a moment ago
+        study = optuna.load_study(study_name=config.name, storage=storage, sampler=sampler)
+        created = False
+    if shared and not created:
+        _check_joinable(study, config, paths)
+    fail_stale_trials(study)
     for stale in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if shared and (has_heartbeats(storage) or stale.user_attrs.get("worker") != worker):
+            continue
         optuna.trial.Trial(study, stale._trial_id).set_user_attr(
             "fail_reason", "interrupted: the run that measured it died"
         )
         study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
-    if not exists:
+        if shared and "key" in stale.user_attrs:
+            requeue_stale_trial(study, stale, "died and started again")
+    if created:
         study.set_user_attr("config_source", config.source)
         study.set_user_attr("engine", config.server.engine)
         study.set_user_attr("temperature", config.measure.temperature)
@@ -132,6 +190,23 @@ def open_study(config: StudyConfig, paths: StudyPaths, *, resume: bool, space: S
             for params in space.distinct_params():
                 study.enqueue_trial(params, skip_if_exists=True)
     return study
+
+
+def _check_joinable(study: optuna.Study, config: StudyConfig, paths: StudyPaths) -> None:
+    """A worker joining a shared study must measure the way the study does, or results would not compare."""
+    attrs = study.user_attrs
+    mine = {
+        "workloads": config.workloads,
+        "temperature": config.measure.temperature,
+        "objective_concurrency": config.objective.concurrency,
+    }
+    for name, value in mine.items():
+        if name in attrs and attrs[name] != value:
+            raise ConfigError(
+                f"study {config.name!r} in {shown(paths.storage)} has {name} {attrs[name]!r}, this config "
+                f"{value!r}; give every worker the same [workloads], [measure] and [objective] "
+                "(each its own [server]), or choose another --study-name."
+            )
 
 
 @contextlib.contextmanager
@@ -159,9 +234,11 @@ class StudyRunner:
         resume: bool = False,
         on_event: EventCallback | None = None,
         ask_user: Callable[[str], None] | None = None,
+        worker: str | None = None,
     ) -> None:
         self.config = config
         self.paths = paths
+        self.worker = worker or default_worker()
         self.emit = on_event or (lambda kind, data: None)
         self.engine: EngineInfo = engine_info(config.server.engine)
         self.space = build_space(
@@ -171,7 +248,12 @@ class StudyRunner:
         )
         self.workloads: dict[str, Workload] = {name: load_workload(name) for name in config.workloads}
         self.api_key = api_key_from_env(config.server.api_key_env)
-        self.study = open_study(config, paths, resume=resume, space=self.space)
+        self.storage = open_storage(paths.storage, heartbeat_s=config.heartbeat_s)
+        self.study = open_study(
+            config, paths, resume=resume, space=self.space, storage=self.storage, worker=self.worker
+        )
+        # While other workers measure the last configurations, look again this often.
+        self.poll_s = min(5.0, config.heartbeat_s / 2)
         self.ask_user = ask_user
         # On the emulator, rates and times are reported in modelled (real-hardware) units.
         self.time_scale = config.server.emulator.time_scale if config.server.mode == "emulator" else 1.0
@@ -180,13 +262,15 @@ class StudyRunner:
         config = self.config
         budget = max_trials if max_trials is not None else config.trials
         deadline = time.monotonic() + config.wall_time_s if config.wall_time_s else None
-        measured = self._measured_keys()
-        failed: dict[str, int] = {}  # configurations that failed in this run: not retried in it
+        # Configurations that fail in this run (in any worker) are not retried in it.
+        before = frozenset(t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished())
+        space_keys = set(self.space.distinct_keys())
         new_trials = restarts = failures = 0
         stop_reason = ""
+        waiting = False
         if self.space.methods_collapsed and len(config.search.draft_sample_method) > 1:
             self.emit("note", {"text": self._collapse_note()})
-        with _sigterm_as_interrupt():
+        with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat:
             while True:
                 if budget is not None and new_trials >= budget:
                     stop_reason = f"trial budget reached ({budget})"
@@ -194,12 +278,35 @@ class StudyRunner:
                 if deadline is not None and time.monotonic() >= deadline:
                     stop_reason = f"wall-time budget reached ({config.wall_time_s:.0f} s)"
                     break
-                if len(measured) + len(failed) >= self.space.size() and not self._queued():
-                    stop_reason = (
-                        f"every configuration in the space was tried ({len(measured)} measured, {len(failed)} failed)"
-                    )
-                    break
-                trial = self.study.ask()
+                fail_stale_trials(self.study)
+                keys = self._key_states(before)
+                measured, failed = keys.measured, keys.failed
+                if not self._queued():
+                    if space_keys <= keys.settled():
+                        stop_reason = (
+                            f"every configuration in the space was tried ({len(measured)} measured, "
+                            f"{len(failed)} failed)"
+                        )
+                        break
+                    if space_keys <= keys.settled() | set(keys.running):
+                        elsewhere = sorted(n for claims in keys.running.values() for n, _ in claims)
+                        if not has_heartbeats(self.storage):
+                            # Without heartbeats a dead worker's trial would be waited for forever.
+                            stop_reason = (
+                                f"the rest of the space is being measured by other workers (trials {elsewhere})"
+                            )
+                            break
+                        # Other workers measure what is left: wait for them (one may die, and its
+                        # configuration come back to the queue).
+                        if not waiting:
+                            self.emit("waiting", {"trials": elsewhere})
+                        waiting = True
+                        time.sleep(self.poll_s)
+                        continue
+                waiting = False
+                trial = self._ask()
+                heartbeat.follow(trial._trial_id)
+                trial.set_user_attr("worker", self.worker)
                 params = {name: trial.suggest_categorical(name, values) for name, values in self.space.grid().items()}
                 new_trials += 1
                 try:
@@ -211,12 +318,20 @@ class StudyRunner:
                 key = config_key(spec)
                 trial.set_user_attr("key", key)
                 trial.set_user_attr("spec", None if spec is None else spec.to_json())
+                # Read again now that this trial claims the key in the storage: another worker
+                # may have measured it, or be measuring it, since the look above.
+                measured, failed, owner = self._claim(trial.number, key, before)
                 if key in measured:
                     self._reuse(trial, measured[key])
                     continue
                 if key in failed:
                     trial.set_user_attr("fail_reason", f"failed in trial {failed[key]}; not retried in this run")
                     self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                    continue
+                if owner is not None:
+                    trial.set_user_attr("fail_reason", f"trial {owner[0]} (worker {owner[1]}) measures it")
+                    self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                    self.emit("elsewhere", {"trial": trial.number, "source": owner[0], "worker": owner[1]})
                     continue
                 restarts += 1
                 try:
@@ -225,10 +340,9 @@ class StudyRunner:
                     self._fail(trial, "interrupted by the user")
                     raise StudyInterrupted(
                         f"study stopped by the user; {len(measured)} configuration(s) measured are kept in "
-                        f"{self.paths.storage} (continue with --resume)."
+                        f"{shown(self.paths.storage)} (continue with --resume)."
                     ) from None
                 if value is None:
-                    failed[key] = trial.number
                     failures += 1
                     if failures >= config.max_consecutive_failures:
                         stop_reason = (
@@ -238,7 +352,6 @@ class StudyRunner:
                         break
                     continue
                 failures = 0
-                measured[key] = trial.number
         return StudyOutcome(
             study=self.study, space=self.space, stop_reason=stop_reason, new_trials=new_trials, restarts=restarts
         )
@@ -254,18 +367,58 @@ class StudyRunner:
     def _queued(self) -> bool:
         return any(t.state == optuna.trial.TrialState.WAITING for t in self.study.get_trials(deepcopy=False))
 
-    def _measured_keys(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            key = trial.user_attrs.get("key")
-            if key is not None and "reused_from" not in trial.user_attrs:
-                out.setdefault(key, trial.number)
-        return out
+    def _ask(self) -> optuna.Trial:
+        with warnings.catch_warnings():
+            # optuna expects heartbeats with Study.optimize; this loop records them itself (Heartbeat).
+            warnings.filterwarnings("ignore", message="Heartbeat of storage")
+            return self.study.ask()
+
+    def _key_states(self, before: frozenset[int], *, exclude: int | None = None) -> KeyStates:
+        """Measured, failed (not among the trials finished ``before``) and running configurations."""
+        measured: dict[str, int] = {}
+        failed: dict[str, int] = {}
+        running: dict[str, list[tuple[int, str]]] = {}
+        states = optuna.trial.TrialState
+        for trial in self.study.get_trials(deepcopy=False):
+            attrs = trial.user_attrs
+            key = attrs.get("key")
+            if key is None or trial.number == exclude:
+                continue
+            if trial.state == states.COMPLETE and "reused_from" not in attrs:
+                measured.setdefault(key, trial.number)
+            elif trial.state == states.FAIL and trial.number not in before and "fail_reason" in attrs:
+                # a trial failed for missed heartbeats has no reason: its configuration is queued again
+                failed.setdefault(key, trial.number)
+            elif trial.state == states.RUNNING:
+                running.setdefault(key, []).append((trial.number, str(attrs.get("worker", "?"))))
+        return KeyStates(measured=measured, failed=failed, running=running)
+
+    def _claim(
+        self, number: int, key: str, before: frozenset[int]
+    ) -> tuple[dict[str, int], dict[str, int], tuple[int, str] | None]:
+        """Measured and failed keys as the storage has them now, and which other trial owns ``key``.
+
+        Every worker writes the key into its trial before it reads, so of two trials that claim
+        the same key at once, at least one sees the other. The later trial (higher number) gives
+        way to the earlier one; the earlier one waits briefly for a later one it sees to give
+        way, and gives way itself if the later one goes on (it had not seen the earlier claim).
+        Either way at most one of them measures.
+        """
+        give_up = time.monotonic() + 3.0
+        while True:
+            keys = self._key_states(before, exclude=number)
+            claims = keys.running.get(key, [])
+            earlier = [c for c in claims if c[0] < number]
+            if earlier or not claims or key in keys.measured or key in keys.failed:
+                return keys.measured, keys.failed, (earlier[0] if earlier else None)
+            if time.monotonic() >= give_up:
+                return keys.measured, keys.failed, claims[0]
+            time.sleep(0.25)
 
     def _reuse(self, trial: optuna.Trial, source_number: int) -> None:
         source = self.study.trials[source_number]
         for name, value in source.user_attrs.items():
-            if name not in ("key", "spec"):
+            if name not in ("key", "spec", "worker"):
                 trial.set_user_attr(name, value)
         trial.set_user_attr("reused_from", source_number)
         self.study.tell(trial, source.value)
@@ -285,6 +438,7 @@ class StudyRunner:
         self.emit("starting", {"trial": number, "spec": spec})
         record: dict[str, Any] = {
             "trial": number,
+            "worker": self.worker,
             "spec": None if spec is None else spec.to_json(),
             "log": str(log_path),
         }

@@ -1,0 +1,214 @@
+"""Where a study's trials live: an optuna storage chosen by its URL, and heartbeats for shared ones.
+
+- ``sqlite:///PATH``: one machine; the default, ``studies/NAME/study.db``.
+- ``postgresql://USER@HOST/DB`` (or ``mysql://...``): optuna's RDB storage, shared by workers on
+  several machines. Each worker records a heartbeat while a trial runs; a trial whose worker has
+  been silent for three heartbeats is failed by whichever worker notices first, and its
+  configuration is queued again for the workers still running.
+- ``journal:///PATH``: optuna's journal file, for workers that share a filesystem (NFS and the
+  like). Optuna keeps no heartbeats there: a worker that dies leaves its trial RUNNING until the
+  same worker (same ``--worker`` name) starts again.
+
+Workers coordinate through the storage alone; nothing else is shared.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import warnings
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import optuna
+import sqlalchemy.engine
+import sqlalchemy.exc
+from optuna.storages import BaseStorage, JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend
+
+from specsweep.errors import ConfigError, SpecsweepError
+
+JOURNAL_PREFIX = "journal:"
+GRACE_HEARTBEATS = 3  # a trial is stale once its worker missed this many heartbeats
+MAX_RETRIES = 2  # a configuration whose workers died this many times is not queued again
+# For URLs that name no driver: the one specsweep uses (SQLAlchemy's own default changed between versions).
+_DRIVERS = {"postgresql": "psycopg"}
+
+
+class StorageError(SpecsweepError):
+    """The study's storage cannot be opened: a missing driver, an unreachable database, a bad URL."""
+
+
+def storage_kind(url: str) -> str:
+    """``sqlite`` (one machine), ``journal`` (a shared file) or ``rdb`` (a shared database server)."""
+    if url.startswith(JOURNAL_PREFIX):
+        return "journal"
+    if url.startswith("sqlite:"):
+        return "sqlite"
+    return "rdb"
+
+
+def is_shared(url: str) -> bool:
+    """Whether several workers may use the storage at once (anything but SQLite)."""
+    return storage_kind(url) != "sqlite"
+
+
+def journal_path(url: str) -> Path:
+    """The file of a ``journal:`` storage: ``journal:///abs/file.log`` or ``journal:rel/file.log``."""
+    rest = url.removeprefix(JOURNAL_PREFIX).removeprefix("//")
+    if not rest:
+        raise ConfigError(f"storage {url!r} names no file; write journal:///shared/path/NAME.log.")
+    return Path(rest)
+
+
+def shown(url: str) -> str:
+    """The storage URL as printed and stored: any password replaced by ***."""
+    if storage_kind(url) == "journal":
+        return url
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except (sqlalchemy.exc.ArgumentError, ValueError):
+        return url
+
+
+def default_worker() -> str:
+    """This worker's name when ``--worker`` is not given: the host name."""
+    return socket.gethostname() or "worker"
+
+
+def open_storage(url: str, *, heartbeat_s: int | None) -> BaseStorage:
+    """The optuna storage for ``url``; database servers expect heartbeats every ``heartbeat_s`` s."""
+    kind = storage_kind(url)
+    if kind == "journal":
+        path = journal_path(url)
+        if not path.parent.is_dir():
+            raise StorageError(f"the folder of journal storage {path} does not exist; create it or fix the path.")
+        try:
+            return JournalStorage(JournalFileBackend(str(path)))
+        except OSError as exc:
+            raise StorageError(f"cannot open journal storage {path}: {exc.strerror or exc}.") from None
+    if "://" not in url:
+        raise ConfigError(
+            f"storage {url!r} is not a storage URL; use sqlite:///PATH, postgresql://USER@HOST/DB "
+            "or journal:///PATH.log (docs/study-config.md)."
+        )
+    if kind == "sqlite" and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    engine_url = _with_driver(url)
+    options: dict[str, Any] = {}
+    if kind == "rdb":
+        options["engine_kwargs"] = {"pool_pre_ping": True}  # a connection dropped by the server is replaced
+    if kind == "rdb" and heartbeat_s is not None:
+        options |= {
+            "heartbeat_interval": heartbeat_s,
+            "grace_period": GRACE_HEARTBEATS * heartbeat_s,
+            "heartbeat_stale_trial_callback": requeue_stale_trial,
+        }
+    last: Exception | None = None
+    for attempt in range(3):
+        # Workers started together on an empty database race to create optuna's tables; the
+        # losers' next attempt finds them.
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return RDBStorage(engine_url, **options)
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            last = exc
+            time.sleep(0.5 * (attempt + 1))
+    reason = str(getattr(last, "orig", None) or last).strip().splitlines()[0]
+    raise StorageError(
+        f"cannot open the study database {shown(url)}: {reason}; check the URL and that the server "
+        "runs and accepts this user."
+    )
+
+
+def _with_driver(url: str) -> str:
+    """``url`` with specsweep's driver named when it names none; a missing driver is a one-line error."""
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        raise ConfigError(f"storage {shown(url)!r} is not a valid database URL.") from None
+    driver = _DRIVERS.get(parsed.drivername)
+    if driver is None:
+        return url  # a driver named in the URL, or another database: SQLAlchemy reports what is missing
+    try:
+        __import__(driver)
+    except ImportError:
+        raise StorageError(
+            f"a {parsed.drivername} storage needs the {driver} driver: pip install 'specsweep[postgres]'."
+        ) from None
+    return parsed.set(drivername=f"{parsed.drivername}+{driver}").render_as_string(hide_password=False)
+
+
+def requeue_stale_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial, why: str = "") -> None:
+    """Queue the configuration of a trial whose worker died again (called once per such trial)."""
+    retries = int(trial.user_attrs.get("retries", 0))
+    if retries >= MAX_RETRIES:
+        return
+    worker = trial.user_attrs.get("worker", "?")
+    study.enqueue_trial(
+        dict(trial.params),
+        user_attrs={
+            "retries": retries + 1,
+            "retry_of": trial.number,
+            "retry_reason": f"worker {worker} {why or 'stopped sending heartbeats'} during trial {trial.number}",
+        },
+    )
+
+
+def fail_stale_trials(study: optuna.Study) -> None:
+    """Fail the trials whose worker stopped sending heartbeats (a no-op without heartbeats)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def has_heartbeats(storage: BaseStorage | str) -> bool:
+    return isinstance(storage, RDBStorage) and storage.get_heartbeat_interval() is not None
+
+
+class Heartbeat:
+    """Records the heartbeat of the worker's current trial from a thread (shared databases only).
+
+    ``follow`` names the trial just asked for; a finished trial may go on beating until the next
+    one is followed, which is harmless: only RUNNING trials can go stale.
+    """
+
+    def __init__(self, storage: BaseStorage | str) -> None:
+        self._storage = storage if isinstance(storage, RDBStorage) and has_heartbeats(storage) else None
+        self._trial_id: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def follow(self, trial_id: int) -> None:
+        self._trial_id = trial_id
+        if self._storage is not None:
+            self._storage.record_heartbeat(trial_id)  # at once: a trial without a heartbeat is never stale
+
+    def _beat(self, storage: RDBStorage, interval: float) -> None:
+        while not self._stop.wait(interval):
+            trial_id = self._trial_id
+            if trial_id is None:
+                continue
+            try:
+                storage.record_heartbeat(trial_id)
+            except sqlalchemy.exc.SQLAlchemyError:
+                continue  # one missed beat; the grace period covers a short outage
+
+    def __enter__(self) -> Heartbeat:
+        if self._storage is not None:
+            interval = float(self._storage.get_heartbeat_interval() or 1)
+            self._thread = threading.Thread(
+                target=self._beat, args=(self._storage, interval), name="specsweep-heartbeat", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
