@@ -162,10 +162,10 @@ def fit_throughput_model(
         key = (o.concurrency, None if _candidate(o).off else o.drafter)
         groups.setdefault(key, []).append(o)
     points = {key: _points(group) for key, group in groups.items()}
-    pooled, fits = _pooled_sd(points, fallback_relative_sd), []
+    (pooled, pooled_df), fits = _pooled_sd(points, fallback_relative_sd), []
     for (concurrency, drafter), pts in sorted(points.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]))):
         off_points = points.get((concurrency, None)) if drafter is not None else None
-        fits.append(_fit_line(concurrency, drafter, pts, off_points, pooled))
+        fits.append(_fit_line(concurrency, drafter, pts, off_points, pooled, pooled_df))
     return ThroughputModel(
         fits=tuple(fits),
         observations=tuple(usable),
@@ -207,8 +207,9 @@ def _wls(ks: np.ndarray, times: np.ndarray, weights: np.ndarray) -> tuple[np.nda
     return coef, np.linalg.inv(normal), residual, ks.size - 2
 
 
-def _pooled_sd(points: Mapping, fallback: float) -> float:
-    """Relative sd of one observation, pooled over every fit with residual degrees of freedom."""
+def _pooled_sd(points: Mapping, fallback: float) -> tuple[float, int]:
+    """Relative sd of one observation, pooled over every fit with residual degrees of freedom,
+    and those degrees of freedom (0 with the fallback)."""
     total, df = 0.0, 0
     for pts in points.values():
         ks, times, weights = _stack(pts)
@@ -219,7 +220,7 @@ def _pooled_sd(points: Mapping, fallback: float) -> float:
             w = weights / np.mean(weights)
             mean = np.average(times, weights=w)
             total, df = total + float(np.sum(w * ((times - mean) / mean) ** 2)), df + ks.size - 1
-    return math.sqrt(total / df) if df > 0 else fallback
+    return (math.sqrt(total / df), df) if df > 0 else (fallback, 0)
 
 
 def _stack(pts: list[tuple[StepTimePoint, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -227,23 +228,26 @@ def _stack(pts: list[tuple[StepTimePoint, np.ndarray, np.ndarray]]) -> tuple[np.
     return ks, np.concatenate([t for _, t, _ in pts]), np.concatenate([w for _, _, w in pts])
 
 
-def _fit_line(concurrency: int, drafter: Drafter | None, pts, off_points, pooled: float) -> StepTimeFit:
+def _fit_line(concurrency: int, drafter: Drafter | None, pts, off_points, pooled: float, pooled_df: int) -> StepTimeFit:
+    """One line; its noise is the study's pooled noise (one measurement noise for the whole
+    study, estimated from every fit's residuals), or the line's own when that is larger."""
     ks, times, weights = _stack(pts)
     points = tuple(p for p, _, _ in pts)
     if drafter is None:  # speculation off: measured only, nothing to extrapolate
         t0 = points[0].step_time_s
         return _record(
-            concurrency, None, points, t0, 0.0, np.zeros((2, 2)), pooled, 0, "speculation off: measured", False
-        )
+            concurrency, None, points, t0, 0.0, np.zeros((2, 2)), pooled, pooled_df, "speculation off: measured",
+            False,
+        )  # fmt: skip
     if np.unique(ks).size >= 2:
-        coef, inverse, residual, df = _wls(ks, times, weights)
-        sd = math.sqrt(residual / df) if df > 0 else pooled
+        coef, inverse, residual, own_df = _wls(ks, times, weights)
+        sd = max(math.sqrt(residual / own_df), pooled) if own_df > 0 else pooled
         basis = (
             f"weighted least squares over {np.unique(ks).size} draft lengths"
-            if df > 0
+            if own_df > 0
             else "line through two draft lengths; noise from the other fits"
         )
-        return _record(concurrency, drafter, points, coef[0], coef[1], inverse * sd**2, sd, df, basis, False)
+        return _record(concurrency, drafter, points, coef[0], coef[1], inverse * sd**2, sd, pooled_df, basis, False)
     k1, t1 = points[0].num_speculative_tokens, points[0].step_time_s
     if off_points:
         slope = max((t1 - off_points[0][0].step_time_s) / k1, 0.0)
@@ -253,7 +257,7 @@ def _fit_line(concurrency: int, drafter: Drafter | None, pts, off_points, pooled
         basis = "one draft length, no off point: slope drawn between flat and proportional to k"
     # For one-point fits the covariance holds the slope's uniform spread (variance of U[0, 2b]).
     covariance = np.array([[0.0, 0.0], [0.0, slope**2 / 3]])
-    return _record(concurrency, drafter, points, t1 - slope * k1, slope, covariance, pooled, 0, basis, True)
+    return _record(concurrency, drafter, points, t1 - slope * k1, slope, covariance, pooled, pooled_df, basis, True)
 
 
 def _record(concurrency, drafter, points, a, b, covariance, sd, df, basis, wide) -> StepTimeFit:

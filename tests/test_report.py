@@ -1,0 +1,180 @@
+"""The study analysis and report against the emulator's model as ground truth.
+
+Measured configurations are simulated from the emulator's own model (compute_truth): the
+counts a vLLM server would publish (accepted lengths drawn from the true curve), and rates
+equal to the truth at the acceptance that was drawn, with a little run-to-run noise. The
+analysis must recommend the true best k per concurrency, and the figures and files must show
+what the analysis holds.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import numpy as np
+import pytest
+
+from specsweep.analysis.acceptance import accepted_length_distribution
+from specsweep.analysis.study import analyze_study, drafter_of
+from specsweep.emulator.model import acceptance_curve, compute_truth
+from specsweep.emulator.profile import load_profile
+from specsweep.engines.vllm import validate_speculative_config
+from specsweep.report.figures import TrialPoint, acceptance_figure_data, history_figure_data, throughput_figure_data
+from specsweep.report.snippets import render_snippet
+from specsweep.report.study_report import write_report
+from specsweep.types import MeasuredConfig
+
+LEVELS = (1, 4)
+TEMPERATURE = 0.6
+
+
+def spec(k: int, method: str):
+    return validate_speculative_config({"method": "dspark", "num_speculative_tokens": k, "draft_sample_method": method})
+
+
+def simulated_configs(workload: str, ks, methods, *, seed: int = 0, drafts: int = 6000, noise: float = 0.01):
+    profile = load_profile()
+    rng = np.random.default_rng(seed)
+    out = []
+    grid = [None] + [spec(k, m) for k in ks for m in methods]
+    for number, config in enumerate(grid):
+        truth = compute_truth(profile, config, TEMPERATURE, LEVELS)[workload]
+        results = {}
+        for level in truth.levels:
+            row = {"requests": 32, "errors": 0}
+            rate = level.output_tokens_per_s
+            if config is not None:
+                curve = acceptance_curve(profile, workload, config, TEMPERATURE)
+                accepted = rng.choice(len(curve) + 1, size=drafts, p=accepted_length_distribution(curve))
+                counts = [int((accepted >= i).sum()) for i in range(1, len(curve) + 1)]
+                length = 1 + sum(counts) / drafts
+                rate *= length / truth.expected_tokens_per_step  # the acceptance this trial drew
+                row.update(num_drafts=drafts, accepted_per_position=counts, mean_acceptance_length=length)
+            row["output_tokens_per_s"] = rate * float(np.exp(rng.normal(0.0, noise)))
+            results[str(level.concurrency)] = row
+        key = config.to_json() if config else "off"
+        objective = results["1"]["output_tokens_per_s"]
+        out.append(MeasuredConfig(trial=number, key=key, spec=config, objective=objective, feasible=True,
+                                  results={workload: results}, boot={}, startup_s=None))  # fmt: skip
+    return out
+
+
+def true_best(workload: str, ks, methods) -> tuple[dict[int, tuple[int, str]], dict[int, dict]]:
+    """The true best (k, draft method) per level, and every configuration's true rate."""
+    profile = load_profile()
+    rates: dict[int, dict] = {level: {} for level in LEVELS}
+    for config in [None] + [spec(k, m) for k in ks for m in methods]:
+        for level in compute_truth(profile, config, TEMPERATURE, LEVELS)[workload].levels:
+            key = (0, "off") if config is None else (config.num_speculative_tokens, config.draft_sample_method)
+            rates[level.concurrency][key] = level.output_tokens_per_s
+    return {level: max(r, key=r.__getitem__) for level, r in rates.items()}, rates
+
+
+@pytest.mark.parametrize("workload", ["technical", "prose"])
+def test_recommendation_is_the_true_best_per_concurrency(workload: str) -> None:
+    ks, methods = range(1, 6), ("greedy", "probabilistic")
+    configs = simulated_configs(workload, ks, methods)
+    analysis = analyze_study(configs, workloads=[workload], concurrency_levels=LEVELS, objective_concurrency=1,
+                             k_max=5, baseline=spec(5, "probabilistic"))  # fmt: skip
+    truth, rates = true_best(workload, ks, methods)
+    for level in LEVELS:
+        rec = analysis.recommendation(workload, level)
+        chosen = (
+            rec.choice.num_speculative_tokens,
+            rec.choice.drafter.draft_sample_method if rec.choice.drafter else "off",
+        )
+        assert rec.tokens_per_s_low <= rec.tokens_per_s <= rec.tokens_per_s_high
+        if chosen == truth[level]:
+            continue
+        # The only other outcome allowed: the tie rule chose a smaller k the data could not tell
+        # from the best, and the truth agrees the two are within 2%.
+        assert rec.tie_rule_applied and chosen[0] < truth[level][0], (level, rec.reason)
+        assert rates[level][chosen] >= 0.98 * rates[level][truth[level]], (level, rec.reason)
+    # the 95% intervals of the fitted acceptance cover the model's true curve (about 19 in 20)
+    profile = load_profile()
+    covered = []
+    for entry in analysis.acceptance:
+        true_curve = acceptance_curve(profile, workload, spec(5, entry.drafter.draft_sample_method), TEMPERATURE)
+        for position, true_s in zip(entry.fit.positions, true_curve, strict=True):
+            covered.append(position.per_position_low <= true_s <= position.per_position_high)
+            assert abs(position.per_position - true_s) < 0.03
+    assert len(covered) == 10 and sum(covered) >= 8
+
+
+def test_sparse_measurements_still_land_near_the_optimum() -> None:
+    """Off, k = 1, 3, 5 measured: the model fills in k = 2 and 4, and its pick is within 2% of the best."""
+    configs = simulated_configs("technical", (1, 3, 5), ("probabilistic",), seed=3)
+    analysis = analyze_study(
+        configs, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=5
+    )
+    profile = load_profile()
+    for level in LEVELS:
+        rec = analysis.recommendation("technical", level)
+        k = rec.choice.num_speculative_tokens
+        rates = {j: compute_truth(profile, spec(j, "probabilistic") if j else None, TEMPERATURE, [level])["technical"]
+                 .levels[0].output_tokens_per_s for j in range(0, 6)}  # fmt: skip
+        assert rates[k] >= 0.98 * max(rates.values()), (level, k, rates)
+
+
+def test_snippet_carries_a_per_batch_table_when_levels_disagree() -> None:
+    configs = simulated_configs("technical", range(1, 6), ("probabilistic",))
+    analysis = analyze_study(
+        configs, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=5
+    )
+    plan = analysis.snippet("technical")
+    ks = {level: analysis.recommendation("technical", level).choice.num_speculative_tokens for level in LEVELS}
+    assert plan.k_by_concurrency == ks
+    assert ks[1] != ks[4]  # the default profile's optimum shrinks with concurrency
+    for level in LEVELS:
+        assert plan.spec.k_for_batch_size(level) == ks[level]
+    _, value = shlex.split(render_snippet(plan.spec, "vllm"))
+    assert validate_speculative_config(json.loads(value)) == plan.spec
+
+
+def test_figure_data_shows_what_the_analysis_holds(tmp_path) -> None:
+    configs = simulated_configs("technical", range(1, 6), ("greedy", "probabilistic"))
+    analysis = analyze_study(
+        configs, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=5
+    )
+    acceptance = acceptance_figure_data(analysis, "technical")
+    s_panel, p_panel = acceptance.panels
+    measured = [s for s in s_panel.series if "measured" in s.label]
+    assert len(measured) == 2  # one per drafter
+    for series, entry in zip(measured, analysis.acceptance, strict=True):
+        assert series.y == tuple(c / entry.fit.num_drafts for c in entry.fit.accepted_per_position)
+        assert all(lo <= y <= hi for lo, y, hi in zip(series.low, series.y, series.high, strict=True))
+    assert any(entry.fit.chosen in s.label for s in p_panel.series for entry in analysis.acceptance)
+    throughput = throughput_figure_data(analysis, "technical")
+    assert [p.title for p in throughput.panels] == ["concurrency 1", "concurrency 4"]
+    for panel, level in zip(throughput.panels, LEVELS, strict=True):
+        star = next(s for s in panel.series if s.style == "marker")
+        rec = analysis.recommendation("technical", level)
+        assert star.x == (float(rec.choice.num_speculative_tokens),) and star.y == (rec.tokens_per_s,)
+        models = [s for s in panel.series if s.style == "band"]
+        assert len(models) == 2 and all(s.x == tuple(float(k) for k in range(6)) for s in models)
+    history = history_figure_data(
+        [TrialPoint(number=0, state="COMPLETE", value=10.0, label="a"), TrialPoint(number=1, state="FAIL", value=None,
+         label="b"), TrialPoint(number=2, state="COMPLETE", value=8.0, label="c")], "tok/s")  # fmt: skip
+    best = next(s for s in history.panels[0].series if s.label == "best so far")
+    assert best.y == (10.0, 10.0)
+
+    files = write_report(analysis, configs, {"engine": "emulator", "temperature": TEMPERATURE, "baseline": None},
+                         [TrialPoint(number=c.trial, state="COMPLETE", value=c.objective, label="") for c in configs],
+                         tmp_path / "report", name="synthetic")  # fmt: skip
+    for figure in files.figures:
+        assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = files.html.read_text()
+    assert page.count("data:image/png;base64,") == len(files.figures) and "src='figures" not in page
+    markdown = files.markdown.read_text()
+    assert "| workload | concurrency | recommended |" in markdown and "--speculative-config" in markdown
+    results = json.loads(files.results.read_text())
+    assert results["snippets"]["technical"]["text"] == render_snippet(analysis.snippet("technical").spec, "vllm")
+    assert len(results["recommendations"]) == 2 and len(results["measured"]) == len(configs)
+
+
+def test_drafter_keeps_opened_fields_apart() -> None:
+    a = validate_speculative_config({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3})
+    b = validate_speculative_config({"method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_max": 5})
+    c = validate_speculative_config({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})
+    assert drafter_of(a) != drafter_of(b) and drafter_of(a) == drafter_of(c) and drafter_of(None) is None
