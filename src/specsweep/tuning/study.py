@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from specsweep.runtime.measure import Measurement, MeasureSettings, run_measure
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
 from specsweep.runtime.trial_server import TrialServer
 from specsweep.tuning.space import Space, build_space, config_key
+from specsweep.tuning.strategy import SearchDecision, decide_next
 from specsweep.types import SpeculativeConfig
 from specsweep.workload import Workload, load_workload
 
@@ -74,6 +75,8 @@ def _sampler(config: StudyConfig, space: Space) -> optuna.samplers.BaseSampler:
     # "grid" enqueues every distinct configuration once (see open_study) rather than using
     # optuna's GridSampler, which counts duplicates (speculation off with each draft method)
     # and calls Study.stop(), which ask/tell loops may not.
+    # "model" enqueues each configuration the model-guided search chooses (StudyRunner.run);
+    # the sampler below only serves trials nobody enqueued.
     if config.sampler == "tpe":
         return optuna.samplers.TPESampler(seed=config.seed, constraints_func=_constraints)
     return optuna.samplers.RandomSampler(seed=config.seed)
@@ -197,6 +200,12 @@ class StudyRunner:
                         f"every configuration in the space was tried ({len(measured)} measured, {len(failed)} failed)"
                     )
                     break
+                if config.sampler == "model" and not self._queued():
+                    decision = self._decide(exclude=failed)
+                    if decision.params is None:
+                        stop_reason = decision.reason
+                        break
+                    self.study.enqueue_trial(decision.params)
                 trial = self.study.ask()
                 params = {name: trial.suggest_categorical(name, values) for name, values in self.space.grid().items()}
                 new_trials += 1
@@ -240,6 +249,18 @@ class StudyRunner:
         return StudyOutcome(
             study=self.study, space=self.space, stop_reason=stop_reason, new_trials=new_trials, restarts=restarts
         )
+
+    def _decide(self, *, exclude: Collection[str]) -> SearchDecision:
+        """The model-guided search's next configuration (or why none), from every trial in storage."""
+        decision = decide_next(
+            self.study.get_trials(deepcopy=False),
+            self.space,
+            concurrency=self.config.objective.concurrency,
+            workloads=self.config.workloads,
+            exclude=exclude,
+        )
+        self.emit("plan", {"phase": decision.phase, "reason": decision.reason, "params": decision.params})
+        return decision
 
     def _collapse_note(self) -> str:
         if not self.engine.has_draft_sample_method:
