@@ -159,7 +159,7 @@ def decide_next(
     if not untried:
         busy = f" ({len(running)} being measured by other workers)" if running else ""
         return _stop(f"every configuration of the space was measured or failed{busy}", best, None, ())
-    if any(m.drafter is not None for m in measured.values()) is False:
+    if not any(m.drafter is not None for m in measured.values()):
         return _stop("no drafter could be measured (every one failed)", best, None, ())
     try:
         scores, noise = _score(measured, untried, concurrency=concurrency, workloads=workloads, upper_z=upper_z)
