@@ -63,12 +63,14 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
     assert elapsed < 180  # about a minute on 2 cores; the bound leaves room for a loaded machine
     best = {}
     for level in (1, 4):
-        measured = re.search(rf"technical at concurrency {level}: k=(\d+) (\w+) ", out)  # best measured
         modelled = re.search(rf"technical at concurrency {level}: k=(\d+) dspark (\w+), ", out)  # recommended
-        assert measured and modelled, out
+        assert modelled, out
         best[level] = (int(modelled.group(1)), modelled.group(2))
         assert best[level] == true_best("technical", level, 5)
-        assert (int(measured.group(1)), measured.group(2)) == best[level]
+    # The search aims at the objective's concurrency (1), where the best was also measured; at 4
+    # the recommendation comes from the fitted model (k = 1 need not have been measured there).
+    measured = re.search(r"technical at concurrency 1: k=(\d+) (\w+) ", out)  # best measured
+    assert measured and (int(measured.group(1)), measured.group(2)) == best[1]
     assert best[1][0] < 5  # shorter than the report's k = 5
     snippet = re.search(r"--speculative-config '(.+)'", out)
     spec = parse_speculative_config(snippet.group(1))
@@ -91,7 +93,9 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
     assert recommended.returncode == 0, recommended.stderr
     assert parse_speculative_config(recommended.stdout) == spec
     assert (folder / "study.db").is_file()
-    assert len(list((folder / "trials").glob("trial-*.json"))) == 11
+    restarts = int(re.search(r"\((\d+) server restarts this run\)", out).group(1))
+    assert "by more than the measured noise" in out and restarts < 11  # the grid has 11 configurations
+    assert len(list((folder / "trials").glob("trial-*.json"))) == restarts
     assert emulator_processes("--time-scale 100.0") == []
     # Running the README's command again continues the stored study: no restart, same answer.
     again = specsweep("study", "--workload", "technical", cwd=tmp_path)

@@ -153,6 +153,15 @@ def test_two_draft_lengths_borrow_noise_from_the_other_fits():
     assert fit.residual_df == model.fit_for(4, DSPARK).residual_df > 0  # the pooled residual df
 
 
+def test_a_line_through_two_draft_lengths_is_not_read_as_repeats():
+    """Two k's on one line leave no residual: the pooled noise is the fallback, not their difference."""
+    observations = [observe(0, 1), observe(4, 1), observe(8, 1)]
+    model = fit_throughput_model(observations, fallback_relative_sd=0.07)
+    assert model.pooled_relative_sd == pytest.approx(0.07)
+    repeated = fit_throughput_model([observe(4, 1), observe(4, 1, np.random.default_rng(1), 0.02)])
+    assert 0.0 < repeated.pooled_relative_sd < 0.07
+
+
 def test_draws_are_paired_across_k():
     rng = np.random.default_rng(4)
     observations = [observe(k, 1, rng, 0.03) for k in (0, 1, 2, 3, 4, 5, 6) for _ in range(2)]

@@ -16,7 +16,7 @@ from specsweep.errors import ConfigError
 
 ENGINES = ("emulator", "vllm", "sglang", "llama.cpp")
 MODES = ("emulator", "process", "commands", "attach")
-SAMPLERS = ("grid", "tpe", "random")
+SAMPLERS = ("model", "grid", "tpe", "random")
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
 PLACEHOLDERS = (
     "host", "port", "spec_args", "speculative_config", "num_speculative_tokens", "draft_sample_method",
@@ -128,7 +128,7 @@ class StudyConfig:
 
     name: str
     storage: str | None = None  # None: sqlite under studies/NAME/
-    sampler: str = "grid"
+    sampler: str = "model"
     seed: int = 0
     trials: int | None = None  # None: the whole grid
     wall_time_s: float | None = None
@@ -163,7 +163,7 @@ def parse_study_config(data: dict[str, Any], *, source: str = "<study>") -> Stud
     name = _get(study, "study.name", str, source, default=None)
     if name is None or not NAME_PATTERN.match(name):
         raise ConfigError(f"{source}: study.name must be letters, digits, '.', '_' or '-' (got {name!r}).")
-    sampler = _get(study, "study.sampler", str, source, default="grid")
+    sampler = _get(study, "study.sampler", str, source, default="model")
     if sampler not in SAMPLERS:
         raise ConfigError(f"{source}: study.sampler must be one of {', '.join(SAMPLERS)} (got {sampler!r}).")
     trials = _get(study, "study.trials", int, source, default=None)

@@ -216,7 +216,7 @@ def _pooled_sd(points: Mapping, fallback: float) -> tuple[float, int]:
         if np.unique(ks).size >= 2 and ks.size > 2:
             _, _, residual, dof = _wls(ks, times, weights)
             total, df = total + residual, df + dof
-        elif ks.size >= 2:  # repeats at one k
+        elif np.unique(ks).size == 1 and ks.size >= 2:  # repeats at one k
             w = weights / np.mean(weights)
             mean = np.average(times, weights=w)
             total, df = total + float(np.sum(w * ((times - mean) / mean) ** 2)), df + ks.size - 1

@@ -38,7 +38,7 @@ def default_study(workload: str) -> StudyConfig:
     profile = load_profile(DEFAULT_PROFILE)
     return StudyConfig(
         name=f"emulator-{Path(workload).stem}",
-        sampler="grid",
+        sampler="model",
         server=ServerConfig(
             engine="emulator",
             mode="emulator",
@@ -167,6 +167,8 @@ def _printer(out: Console, status: Any):
                 for w, levels in data["results"].items()
             )
             out.print(f"trial {trial:3d}  {_describe(data['spec']):22s} {rates} tok/s")
+        elif kind == "plan" and data["params"] is not None:
+            out.print(f"          next: {data['phase']}: {data['reason']}")
         elif kind == "failed":
             out.print(f"trial {trial:3d}  [red]failed[/red]: {data['reason']}")
         elif kind == "reused":

@@ -12,7 +12,7 @@ import signal
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from specsweep.tuning.storage import (
     shown,
     storage_kind,
 )
+from specsweep.tuning.strategy import SearchDecision, decide_next
 from specsweep.types import SpeculativeConfig
 from specsweep.workload import Workload, load_workload
 
@@ -100,6 +101,8 @@ def _sampler(config: StudyConfig, space: Space, worker: str | None = None) -> op
     # "grid" enqueues every distinct configuration once (see open_study) rather than using
     # optuna's GridSampler, which counts duplicates (speculation off with each draft method)
     # and calls Study.stop(), which ask/tell loops may not.
+    # "model" enqueues each configuration the model-guided search chooses (StudyRunner.run);
+    # the sampler below only serves trials nobody enqueued.
     # Workers of a shared study each seed by their name, or they would all draw the same configs.
     seed = config.seed if worker is None else zlib.crc32(f"{config.seed}:{worker}".encode())
     if config.sampler == "tpe":
@@ -304,6 +307,12 @@ class StudyRunner:
                         time.sleep(self.poll_s)
                         continue
                 waiting = False
+                if config.sampler == "model" and not self._queued():
+                    decision = self._decide(exclude=failed)
+                    if decision.params is None:
+                        stop_reason = decision.reason
+                        break
+                    self.study.enqueue_trial(decision.params)
                 trial = self._ask()
                 heartbeat.follow(trial._trial_id)
                 trial.set_user_attr("worker", self.worker)
@@ -355,6 +364,18 @@ class StudyRunner:
         return StudyOutcome(
             study=self.study, space=self.space, stop_reason=stop_reason, new_trials=new_trials, restarts=restarts
         )
+
+    def _decide(self, *, exclude: Collection[str]) -> SearchDecision:
+        """The model-guided search's next configuration (or why none), from every trial in storage."""
+        decision = decide_next(
+            self.study.get_trials(deepcopy=False),
+            self.space,
+            concurrency=self.config.objective.concurrency,
+            workloads=self.config.workloads,
+            exclude=exclude,
+        )
+        self.emit("plan", {"phase": decision.phase, "reason": decision.reason, "params": decision.params})
+        return decision
 
     def _collapse_note(self) -> str:
         if not self.engine.has_draft_sample_method:

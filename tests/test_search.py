@@ -1,0 +1,252 @@
+"""The model-guided search: its decisions on synthetic trials, its stopping rule, resume, and a real study."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+
+from specsweep.analysis.acceptance import expected_tokens_per_step
+from specsweep.config import SearchSpace, parse_study_config
+from specsweep.tuning.space import OFF, build_space, config_key
+from specsweep.tuning.strategy import decide_next
+from specsweep.tuning.study import StudyRunner, study_paths
+
+from .test_study import true_best
+
+# The user report's dense technical curve (math.md), and a step time T = T0 (1 + c k).
+S = (0.569, 0.347, 0.188, 0.069, 0.035)
+T0, C = 0.04, 0.10
+SPACE = build_space(
+    SearchSpace(num_speculative_tokens=(1, 5), fixed={"method": "dspark"}),
+    temperature=0.6,
+    engine_has_draft_sample_method=True,
+)
+DISTRIBUTIONS = {name: optuna.distributions.CategoricalDistribution(values) for name, values in SPACE.grid().items()}
+
+
+def true_rate(k: int, method: str) -> float:
+    """Greedy drafting accepts less here (S scaled by 0.85); both cost the same per step."""
+    if k == 0:
+        return 1.0 / T0
+    scale = 1.0 if method == "probabilistic" else 0.85
+    return expected_tokens_per_step([s * scale for s in S], k) / (T0 * (1 + C * k))
+
+
+def best_by_truth() -> tuple[int, str]:
+    options = [(k, m) for k in range(1, 6) for m in ("greedy", "probabilistic")]
+    return max(options, key=lambda km: true_rate(*km))
+
+
+def make_trial(number: int, k: int, method: str = "probabilistic", *, noise: float = 0.0, seed: int = 0):
+    """A completed trial as the study loop stores it, at concurrency 1 for the prose workload."""
+    rng = np.random.default_rng(seed * 1000 + number)
+    params = SPACE.params_for(None if k == 0 else {"num_speculative_tokens": k, "draft_sample_method": method})
+    spec = SPACE.config_from_params(params)
+    rate = true_rate(k, method) * (1 + noise * rng.standard_normal())
+    row = {"output_tokens_per_s": rate, "errors": 0, "requests": 32}
+    if k:
+        scale = 1.0 if method == "probabilistic" else 0.85
+        counts = [round(5000 * s * scale) for s in S[:k]]
+        row |= {"num_drafts": 5000, "accepted_per_position": counts, "mean_acceptance_length": 1 + sum(counts) / 5000}
+    return optuna.trial.create_trial(
+        params=params,
+        distributions=DISTRIBUTIONS,
+        value=rate,
+        user_attrs={
+            "key": config_key(spec),
+            "spec": None if spec is None else spec.to_json(),
+            "results": {"prose": {"1": row}},
+            "constraints": [0.0],
+        },
+    )
+
+
+def trials_for(*configs: tuple[int, str], noise: float = 0.0) -> list:
+    return [make_trial(i, k, m, noise=noise) for i, (k, m) in enumerate(configs)]
+
+
+def decide(trials, **kwargs):
+    return decide_next(trials, SPACE, concurrency=1, workloads={"prose": 1.0}, **kwargs)
+
+
+def chosen(decision) -> tuple[int, str] | None:
+    if decision.params is None:
+        return None
+    return decision.params["num_speculative_tokens"], decision.params["draft_sample_method"]
+
+
+def test_speculation_off_first_then_each_drafter_at_its_largest_k() -> None:
+    first = decide([])
+    assert first.phase == "speculation off" and first.key == OFF
+    second = decide(trials_for((0, "off")))
+    assert second.phase == "largest k" and chosen(second) == (5, "greedy")
+    third = decide(trials_for((0, "off"), (5, "greedy")))
+    assert third.phase == "largest k" and chosen(third) == (5, "probabilistic")
+    assert "acceptance of every shorter draft" in third.reason
+
+
+def test_then_a_line_pinning_k_at_the_predicted_optimum_then_the_optimum() -> None:
+    measured = [(0, "off"), (5, "greedy"), (5, "probabilistic")]
+    pin = decide(trials_for(*measured))
+    assert pin.phase == "pin the step-time line"
+    assert "known from one draft length only" in pin.reason
+    k, method = chosen(pin)
+    assert method == "probabilistic" and k < 5  # the better drafter, well inside the range
+    steps = [pin]
+    while steps[-1].params is not None and len(steps) < 8:
+        measured.append(chosen(steps[-1]))
+        steps.append(decide(trials_for(*measured, noise=0.01)))
+    assert steps[-1].phase == "stop", [s.reason for s in steps]
+    assert any(s.phase in ("predicted optimum", "upper bound") for s in steps[1:-1])
+    assert best_by_truth() in measured
+    assert len(measured) <= 6 < SPACE.size()  # off, two largest k, then at most three more
+
+
+def test_the_stop_fires_when_nothing_untried_can_beat_the_best() -> None:
+    # Every probabilistic k measured with a little noise; greedy accepts 15% less at the same cost.
+    measured = [(0, "off"), (5, "greedy")] + [(k, "probabilistic") for k in range(1, 6)]
+    decision = decide(trials_for(*measured, noise=0.01))
+    assert decision.params is None and decision.phase == "stop"
+    assert "by more than the measured noise" in decision.reason
+    assert decision.noise is not None and 0.01 <= decision.noise < 0.05
+    best_k = json.loads(decision.best_key)["num_speculative_tokens"]
+    assert true_rate(best_k, "probabilistic") >= 0.98 * true_rate(*best_by_truth())
+    exact = decide(trials_for(*measured))
+    assert exact.phase == "stop" and exact.noise == pytest.approx(0.01)  # the floor: exact data have no residual
+    assert json.loads(exact.best_key)["num_speculative_tokens"] == best_by_truth()[0]
+
+
+def test_the_stop_does_not_fire_while_an_untried_config_can_beat_the_best() -> None:
+    # The line is pinned and the noise measured (k = 1, 2, 5), but the true best k = 3 is untried.
+    assert best_by_truth() == (3, "probabilistic")  # math.md: technical, c = 0.10
+    measured = [(0, "off"), (5, "greedy"), (5, "probabilistic"), (2, "probabilistic"), (1, "probabilistic")]
+    decision = decide(trials_for(*measured, noise=0.01))
+    assert decision.noise is not None
+    assert decision.params is not None and chosen(decision) in ((3, "probabilistic"), (4, "probabilistic"))
+    top = max(decision.candidates, key=lambda c: c.upper)
+    assert top.upper > decision.best_objective * (1 + decision.noise)
+
+
+def test_no_stop_before_the_noise_is_measured() -> None:
+    measured = [(0, "off"), (5, "greedy"), (5, "probabilistic"), (2, "probabilistic")]
+    decision = decide(trials_for(*measured))
+    assert decision.noise is None and decision.params is not None
+    assert "noise is not measured yet" in decision.reason
+
+
+def test_a_failed_largest_k_moves_the_acceptance_run_down() -> None:
+    failed = config_key(SPACE.config_from_params(SPACE.params_for({"num_speculative_tokens": 5})))
+    decision = decide(trials_for((0, "off")), exclude={failed})
+    assert decision.phase == "largest k" and chosen(decision) == (4, "greedy")
+
+
+def test_resume_decides_from_the_stored_trials(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    for trial in trials_for((0, "off"), (5, "greedy"), (5, "probabilistic")):
+        study.add_trial(trial)
+    before = decide(study.get_trials(deepcopy=False))
+    again = optuna.load_study(study_name="s", storage=storage)
+    after = decide(again.get_trials(deepcopy=False))
+    assert after.phase == before.phase == "pin the step-time line" and after.params == before.params
+    # A worker that is measuring a configuration keeps the others off it.
+    running = again.ask(fixed_distributions=DISTRIBUTIONS)
+    running.set_user_attr("key", before.key)
+    other = decide(again.get_trials(deepcopy=False))
+    assert other.key != before.key
+
+
+def small_model_study(name: str, **search) -> dict:
+    return {
+        "study": {"name": name, "sampler": "model"},
+        "server": {
+            "engine": "emulator",
+            "ready_timeout_s": 30,
+            "stop_grace_s": 5,
+            "emulator": {"time_scale": 200, "seed": 77, "extra_args": ["--startup-seconds", "0"]},
+        },
+        "search": {"num_speculative_tokens": [1, 4], "fixed": {"method": "dspark"}, **search},
+        "workloads": {"technical": 1.0},
+        "measure": {"concurrency": [1], "requests": 4, "max_tokens": 200, "temperature": 0.0},
+    }
+
+
+def test_a_stopped_model_study_resumes_where_its_trials_leave_off(tmp_path: Path) -> None:
+    config = parse_study_config(small_model_study("resume"))
+    paths = study_paths(config, tmp_path)
+    first = StudyRunner(config, paths).run(max_trials=2)
+    assert first.restarts == 2 and "trial budget" in first.stop_reason
+    events = []
+    second = StudyRunner(config, paths, resume=True, on_event=lambda kind, data: events.append((kind, data))).run()
+    plans = [d for kind, d in events if kind == "plan"]
+    assert plans and plans[0]["phase"] != "speculation off"  # off and k = 4 are not measured again
+    keys = [t.user_attrs["key"] for t in second.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(keys) == len(set(keys)) == first.restarts + second.restarts
+    assert second.restarts + first.restarts < second.space.size() or "every configuration" in second.stop_reason
+
+
+def specsweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specsweep", *args], capture_output=True, text=True, cwd=cwd, timeout=300, check=False
+    )
+
+
+def test_model_study_on_the_emulator_finds_the_true_best_with_fewer_restarts_than_the_grid(tmp_path: Path) -> None:
+    """Prose on the default profile at its reference temperature: 11 configurations in the grid."""
+    config_file = tmp_path / "prose.toml"
+    config_file.write_text(
+        """
+[study]
+name = "prose-model"
+sampler = "model"
+[server]
+engine = "emulator"
+ready_timeout_s = 60
+stop_grace_s = 5
+[server.emulator]
+time_scale = 100
+seed = 11
+extra_args = ["--startup-seconds", "20"]
+[search]
+num_speculative_tokens = [1, 5]
+fixed = { method = "dspark" }
+[workloads]
+prose = 1.0
+[measure]
+concurrency = [1]
+requests = 12
+max_tokens = 600
+temperature = 0.6
+"""
+    )
+    started = time.monotonic()
+    result = specsweep("study", "--config", str(config_file), cwd=tmp_path)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert "sampler model" in out and "11 distinct configurations" in out
+    stop = re.search(r"stopped: (.+) \((\d+) server restarts this run\)", out)
+    assert stop and "by more than the measured noise" in stop.group(1), out
+    restarts = int(stop.group(2))
+    assert restarts < 11
+    match = re.search(r"recommended for objective concurrency 1: k=(\d+) (\w+)", out)
+    assert match, out
+    assert (int(match.group(1)), match.group(2)) == true_best("prose", 1, 5), out
+    snippet = re.search(r"--speculative-config '(.+)'", out)
+    assert json.loads(snippet.group(1))["num_speculative_tokens"] == int(match.group(1))
+    assert elapsed < 120, elapsed
+
+
+@pytest.mark.parametrize("sampler", ["grid", "tpe", "random"])
+def test_the_other_samplers_stay_selectable(sampler: str) -> None:
+    config = parse_study_config(small_model_study("x") | {"study": {"name": "x", "sampler": sampler}})
+    assert config.sampler == sampler
+    assert parse_study_config({"study": {"name": "y"}}).sampler == "model"
