@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -40,15 +41,17 @@ def true_best(workload: str, concurrency: int, k_max: int) -> tuple[int, str]:
     return max(rates, key=rates.__getitem__)
 
 
-def emulator_processes(marker: str) -> list[str]:
+def emulator_processes(marker: str, *, cwd: Path | None = None) -> list[str]:
+    """Emulator processes whose command line holds ``marker`` (and that run in ``cwd``, if given)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                here = Path(os.readlink(entry / "cwd")) if cwd is not None else None
             except OSError:
                 continue
-            if "emulate" in cmdline and marker in cmdline:
+            if "emulate" in cmdline and marker in cmdline and (cwd is None or here == cwd):
                 found.append(cmdline)
     return found
 
@@ -96,7 +99,7 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
     restarts = int(re.search(r"\((\d+) server restarts this run\)", out).group(1))
     assert "by more than the measured noise" in out and restarts < 11  # the grid has 11 configurations
     assert len(list((folder / "trials").glob("trial-*.json"))) == restarts
-    assert emulator_processes("--time-scale 100.0") == []
+    assert emulator_processes("--time-scale 100.0", cwd=tmp_path) == []
     # Running the README's command again continues the stored study: no restart, same answer.
     again = specsweep("study", "--workload", "technical", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
