@@ -23,7 +23,7 @@ from specsweep.cli.emulate import _workload_prompt_tokens
 from specsweep.config import EmulatorServer, MeasureConfig, Objective, SearchSpace, ServerConfig, StudyConfig
 from specsweep.emulator.model import acceptance_curve, compute_truth
 from specsweep.emulator.profile import bundled_profile_names, load_profile
-from specsweep.engines.vllm import validate_speculative_config
+from specsweep.engines.vllm import METHODS_NEEDING_MODEL, validate_speculative_config
 from specsweep.tuning.recommend import analyze_stored_study
 from specsweep.tuning.study import StudyRunner, study_paths
 
@@ -64,7 +64,7 @@ def one_study(profile_name: str, seed: int, folder: Path, args: argparse.Namespa
                                     extra_args=("--startup-seconds", "5")),
         ),
         search=SearchSpace(num_speculative_tokens=(1, k_max), draft_sample_method=("probabilistic",),
-                           fixed={"method": profile.methods[0]}),
+                           fixed=fixed_fields(profile.methods[0])),
         workloads={w: 1.0 for w in WORKLOADS},
         measure=MeasureConfig(concurrency=LEVELS, requests=args.requests, max_tokens=600,
                               temperature=profile.reference_temperature),

@@ -1,9 +1,11 @@
 """The recommended draft length and drafter per workload and concurrency, and per batch size.
 
 The candidate with the highest predicted rate wins, unless a smaller k of the same drafter (or
-speculation off) is not clearly slower: when the paired difference best - smaller has an
-interval that reaches 0, the smaller k is recommended and the reason says so. A smaller k is
-cheaper (less draft compute, less KV memory, lower latency) for a gain the data cannot show.
+speculation off) is not clearly slower and practically as fast: when the paired difference
+best - smaller has an interval that reaches 0 and its point estimate is within ``equivalence``
+(default 2%) of the best's rate, the smallest such k is recommended and the reason says so. A
+smaller k is cheaper (less draft compute, less KV memory, lower latency) for a gain the data
+cannot show; the margin keeps noisy data from trading a large predicted loss for that saving.
 With exact inputs the draws have no spread, the interval is the point itself, and the rule only
 fires on an exact tie.
 
@@ -92,6 +94,7 @@ def recommend_draft_length(
     confidence: float = 0.95,
     draws: int = 400,
     seed: int = 0,
+    equivalence: float = 0.02,
 ) -> Recommendation:
     """Best k and drafter for one workload at one measured concurrency (see the module doc)."""
     sample = sample_rates(model, acceptance, concurrency=concurrency, k_max=k_max, draws=draws, seed=seed)
@@ -107,6 +110,7 @@ def recommend_draft_length(
         if c.num_speculative_tokens < top.num_speculative_tokens
         and (c.off or c.drafter == top.drafter)
         and short_low[j] <= 0.0
+        and shortfall_point[j] <= equivalence * sample.tokens_per_s[best]
     ]
     chosen = min(tied, key=lambda j: sample.candidates[j].num_speculative_tokens) if tied else best
     choice = sample.candidates[chosen]
@@ -128,7 +132,7 @@ def recommend_draft_length(
         )
         for j, c in enumerate(sample.candidates)
     )
-    reason = _reason(sample, best, chosen, short_low, short_high, confidence)
+    reason = _reason(sample, best, chosen, short_low, short_high, confidence, equivalence)
     return Recommendation(
         workload=workload,
         concurrency=concurrency,
@@ -158,7 +162,9 @@ def _label(candidate: Candidate) -> str:
     return f"{drafter.method} ({drafter.draft_sample_method}) k={candidate.num_speculative_tokens}"
 
 
-def _reason(sample: RateSample, best: int, chosen: int, low: np.ndarray, high: np.ndarray, confidence: float) -> str:
+def _reason(
+    sample: RateSample, best: int, chosen: int, low: np.ndarray, high: np.ndarray, confidence: float, equivalence: float
+) -> str:
     top, choice = sample.candidates[best], sample.candidates[chosen]
     rate = sample.tokens_per_s
     if chosen == best:
@@ -174,8 +180,8 @@ def _reason(sample: RateSample, best: int, chosen: int, low: np.ndarray, high: n
     return (
         f"{_label(top)} predicts the most ({rate[best]:.1f} tok/s), but {_label(choice)} is not clearly slower: "
         f"the paired difference is {rate[best] - rate[chosen]:.2f} tok/s ({confidence:.0%} interval "
-        f"{low[chosen]:.2f} to {high[chosen]:.2f}, which includes 0), so the smaller "
-        + ("configuration, speculation off, is recommended." if choice.off else "k is recommended.")
+        f"{low[chosen]:.2f} to {high[chosen]:.2f}, which includes 0; within {equivalence:.0%} of the best), "
+        "so the smaller " + ("configuration, speculation off, is recommended." if choice.off else "k is recommended.")
     )
 
 
