@@ -32,9 +32,14 @@ LEVELS = (1, 4)
 K_MAX = {"dgx-spark-v4-flash": 5, "l40s-llama-8b-eagle3": 8}
 
 
+def fixed_fields(method: str) -> dict:
+    """The spec fields every configuration of a profile's drafter carries (a head needs a model)."""
+    return {"method": method, **({"model": "draft-head"} if method in METHODS_NEEDING_MODEL else {})}
+
+
 def spec(method: str, k: int):
     return validate_speculative_config(
-        {"method": method, "num_speculative_tokens": k, "draft_sample_method": "probabilistic"}
+        {**fixed_fields(method), "num_speculative_tokens": k, "draft_sample_method": "probabilistic"}
     )
 
 
