@@ -23,7 +23,7 @@ from specsweep.cli.emulate import _workload_prompt_tokens
 from specsweep.config import EmulatorServer, MeasureConfig, Objective, SearchSpace, ServerConfig, StudyConfig
 from specsweep.emulator.model import acceptance_curve, compute_truth
 from specsweep.emulator.profile import bundled_profile_names, load_profile
-from specsweep.engines.vllm import validate_speculative_config
+from specsweep.engines.vllm import METHODS_NEEDING_MODEL, validate_speculative_config
 from specsweep.tuning.recommend import analyze_stored_study
 from specsweep.tuning.study import StudyRunner, study_paths
 
