@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specsweep.analysis.acceptance import conditional_from_unconditional
+from specsweep.errors import MetricsError
 from specsweep.types import CounterNames, MetricsSnapshot
 
 
@@ -51,11 +52,10 @@ def counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, names: Counte
 
     per_pos_name = names.accepted_per_position or ""
     positions: dict[int, float] = {}
-    for labels, value in after.values(per_pos_name):
-        positions[int(labels.get("position", "0"))] = positions.get(int(labels.get("position", "0")), 0.0) + value
-    for labels, value in before.values(per_pos_name):
-        position = int(labels.get("position", "0"))
-        positions[position] = positions.get(position, 0.0) - value
+    for snapshot, sign in ((after, 1.0), (before, -1.0)):
+        for labels, value in snapshot.values(per_pos_name):
+            position = _position(labels.get("position", "0"), per_pos_name)
+            positions[position] = positions.get(position, 0.0) + sign * value
     per_position = tuple(positions[i] for i in sorted(positions)) if positions else None
     engines = {labels.get("engine", "0") for labels, _ in after.values(names.generation_tokens)}
     return CounterDelta(
@@ -68,6 +68,15 @@ def counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, names: Counte
         accepted_per_position=per_position,
         engines=max(1, len(engines)),
     )
+
+
+def _position(label: str, name: str) -> int:
+    if not (label.isascii() and label.isdigit()):
+        raise MetricsError(
+            f"/metrics: {name} has position label {label[:20]!r}, not a whole number; "
+            "is the endpoint the engine's own /metrics?"
+        )
+    return int(label)
 
 
 def summarize_acceptance(delta: CounterDelta) -> AcceptanceSummary | None:
