@@ -149,6 +149,8 @@ def load_study_config(path: str | Path) -> StudyConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read study file {path}: {exc.strerror or exc}.") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"study file {path} is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

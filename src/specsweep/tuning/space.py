@@ -115,6 +115,8 @@ def check_space(space: Space, source: str, baseline: dict[str, Any] | None = Non
     if baseline is None:
         return
     try:
+        if baseline.get("num_speculative_tokens"):
+            validate_speculative_config({**space.fixed, **baseline})  # as written, before any collapse
         space.config_from_params(space.params_for(baseline))
     except ConfigError as exc:
         raise ConfigError(f"{source}: search.baseline is not a valid spec config ({exc}); fix that value.") from None
