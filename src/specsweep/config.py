@@ -255,6 +255,12 @@ def _check_shell_string(template: str, path: str, source: str) -> None:
     i = 0
     while i < len(template):
         char = template[i]
+        match = _PLACEHOLDER_AT.match(template, i) if char == "{" else None
+        if match and match.group(1) in PLACEHOLDERS and (quote is not None or template[i - 1 : i] == "$"):
+            raise ConfigError(
+                f"{source}: {path}: placeholder {match.group(0)} is inside quotes, backticks or after '$'; "
+                f"write it bare, e.g. --port {match.group(0)} (specsweep shell-quotes every value)."
+            )
         if quote == "'":
             quote = None if char == "'" else quote
         elif char == "\\":
@@ -264,13 +270,6 @@ def _check_shell_string(template: str, path: str, source: str) -> None:
             quote = None
         elif quote is None and char in "'\"`":
             quote = char
-        elif char == "{":
-            match = _PLACEHOLDER_AT.match(template, i)
-            if match and match.group(1) in PLACEHOLDERS and (quote is not None or template[i - 1 : i] == "$"):
-                raise ConfigError(
-                    f"{source}: {path}: placeholder {match.group(0)} is inside quotes, backticks or after '$'; "
-                    f"write it bare, e.g. --port {match.group(0)} (specsweep shell-quotes every value)."
-                )
         i += 1
 
 
