@@ -305,3 +305,53 @@ def test_a_lease_of_a_live_run_is_left_alone_and_a_dead_ones_server_is_stopped(t
         assert reclaim_leases(leases) == ["removed an unreadable lease file junk.json"]
     finally:
         server.stop(grace_s=5)
+
+
+# -- `specsweep measure` against a failing server, from the command line -------------------------
+
+
+def measure_cli(url: str, *args: str, json_path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    extra = ["--json", str(json_path)] if json_path else []
+    return subprocess.run(
+        [sys.executable, "-m", "specsweep", "measure", "--endpoint", url, "--requests", "2", "--warmup", "1",
+         "--max-tokens", "30", *args, *extra],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("flags", "reason"),
+    [
+        (["--malformed-sse-every", "1"], "malformed SSE event"),
+        (["--omit-usage"], "no usage in the stream"),
+        (["--http-500-every", "1"], "HTTP 500: EngineCore encountered an issue"),
+        (["--drop-stream-every", "1"], "peer closed the connection"),
+    ],
+)
+def test_measure_against_malformed_responses_is_one_line(start_emulator, flags: list[str], reason: str) -> None:
+    emulator = start_emulator(speculative_config='{"num_speculative_tokens":2}', time_scale=200, extra=flags)
+    result = measure_cli(emulator.url, "--concurrency", "1")
+    assert result.returncode == 1, result.stdout
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "measurement stopped: every warm-up request failed" in result.stderr and reason in result.stderr
+
+
+def test_measure_against_a_server_that_dies_mid_level_keeps_the_first_level(start_emulator, tmp_path: Path) -> None:
+    emulator = start_emulator(time_scale=200, extra=["--crash-after-requests", "3"])
+    out = tmp_path / "m.json"
+    result = measure_cli(emulator.url, "--concurrency", "1,2", json_path=out)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "measurement stopped" in result.stderr and "levels measured before it are shown above" in result.stderr
+    assert "single stream" in result.stdout and "2 requests, 0 failed" in result.stdout
+    record = json.loads(out.read_text())
+    assert record["error"] and [level["concurrency"] for level in record["levels"]] == [1]
+
+
+def test_measure_notes_missing_metrics_and_still_measures(start_emulator) -> None:
+    emulator = start_emulator(
+        speculative_config='{"num_speculative_tokens":2}', time_scale=200, extra=["--metrics-404"]
+    )
+    result = measure_cli(emulator.url, "--concurrency", "1", "--engine", "vllm")
+    assert result.returncode == 0, result.stderr
+    assert "/metrics answered HTTP 404" in result.stdout and "tok/s aggregate output" in result.stdout
