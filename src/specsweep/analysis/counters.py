@@ -7,6 +7,7 @@ summed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from specsweep.analysis.acceptance import conditional_from_unconditional
@@ -81,8 +82,8 @@ def _position(label: str, name: str) -> int:
 
 def summarize_acceptance(delta: CounterDelta) -> AcceptanceSummary | None:
     """S_i = per_pos[i-1] / num_drafts and the rest; None when no drafts were counted."""
-    if not delta.num_drafts or delta.num_drafts <= 0:
-        return None
+    if not delta.num_drafts or not math.isfinite(delta.num_drafts) or delta.num_drafts <= 0:
+        return None  # no drafts, or a counter that is NaN or infinite: no acceptance to report
     drafts = delta.num_drafts
     per_position = tuple(count / drafts for count in delta.accepted_per_position or ())
     accepted = delta.num_accepted_tokens or 0.0
