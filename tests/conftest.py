@@ -65,6 +65,22 @@ def start_emulator(tmp_path: Path) -> Iterator[Callable[..., RunningEmulator]]:
         server.stop(grace_s=5)
 
 
+def emulator_processes(marker: str) -> list[int]:
+    """PIDs of running `specsweep emulate` processes whose command line contains ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and "specsweep emulate" in cmdline and marker in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
 def print_truth(*args: str) -> dict:
     """`specsweep emulate --print-truth ...` as parsed JSON (runs the real command)."""
     out = subprocess.run(

@@ -149,6 +149,8 @@ def load_study_config(path: str | Path) -> StudyConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read study file {path}: {exc.strerror or exc}.") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"study file {path} is not UTF-8 text ({exc.reason} at byte {exc.start}).") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -239,12 +241,53 @@ def _get(table: dict[str, Any], path: str, kind: type, source: str, *, default: 
     return value
 
 
+SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "ash")
+_PLACEHOLDER_AT = re.compile(r"\{([a-z_]+)\}")
+
+
+def _check_shell_string(template: str, path: str, source: str) -> None:
+    """Refuse placeholders where shell quoting of their values would not hold.
+
+    Each value is shell-quoted on its own; inside '...', "..." or `...`, or right after a
+    ``$``, that quoting is undone and a value could end the quotes and run a command.
+    """
+    quote: str | None = None
+    i = 0
+    while i < len(template):
+        char = template[i]
+        match = _PLACEHOLDER_AT.match(template, i) if char == "{" else None
+        if match and match.group(1) in PLACEHOLDERS and (quote is not None or template[i - 1 : i] == "$"):
+            raise ConfigError(
+                f"{source}: {path}: placeholder {match.group(0)} is inside quotes, backticks or after '$'; "
+                f"write it bare, e.g. --port {match.group(0)} (specsweep shell-quotes every value)."
+            )
+        if quote == "'":
+            quote = None if char == "'" else quote
+        elif char == "\\":
+            i += 2
+            continue
+        elif quote is not None and char == quote:
+            quote = None
+        elif quote is None and char in "'\"`":
+            quote = char
+        i += 1
+
+
 def _command(value: Any, path: str, source: str) -> tuple[str, ...] | str | None:
     if value is None:
         return None
     if isinstance(value, str) and value.strip():
+        _check_shell_string(value, path, source)
         return value
     if isinstance(value, list) and value and all(isinstance(x, str) for x in value):
+        shell = Path(value[0]).name in SHELLS
+        script_flag = any(re.fullmatch(r"-[a-z]*c[a-z]*", x) for x in value[1:])
+        if shell and script_flag and any(_PLACEHOLDER_AT.search(x) for x in value[1:]):
+            raise ConfigError(
+                f"{source}: {path} runs a shell ({value[0]} -c) with placeholders in its script, where values are "
+                "not quoted; write the command as one string instead (specsweep runs it through /bin/sh -c and "
+                "shell-quotes each value)."
+            )
         for element in value:
             for name in re.findall(r"\{([a-z_]*)\}", element):
                 if name not in PLACEHOLDERS:
@@ -353,7 +396,12 @@ def _parse_search(table: dict[str, Any], source: str) -> SearchSpace:
             "(set the range or choices under [search] instead, and name a field in one table only)."
         )
     baseline = table.get("baseline")
-    if baseline is not None and (not isinstance(baseline, dict) or "num_speculative_tokens" not in baseline):
+    if baseline is not None and (
+        not isinstance(baseline, dict)
+        or isinstance(baseline.get("num_speculative_tokens"), bool)
+        or not isinstance(baseline.get("num_speculative_tokens"), int)
+        or baseline["num_speculative_tokens"] < 0
+    ):
         raise ConfigError(
             f"{source}: search.baseline must be the spec config you run today, with num_speculative_tokens, "
             'e.g. { num_speculative_tokens = 5, draft_sample_method = "probabilistic" }.'

@@ -7,9 +7,11 @@ summed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from specsweep.analysis.acceptance import conditional_from_unconditional
+from specsweep.errors import MetricsError
 from specsweep.types import CounterNames, MetricsSnapshot
 
 
@@ -51,11 +53,10 @@ def counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, names: Counte
 
     per_pos_name = names.accepted_per_position or ""
     positions: dict[int, float] = {}
-    for labels, value in after.values(per_pos_name):
-        positions[int(labels.get("position", "0"))] = positions.get(int(labels.get("position", "0")), 0.0) + value
-    for labels, value in before.values(per_pos_name):
-        position = int(labels.get("position", "0"))
-        positions[position] = positions.get(position, 0.0) - value
+    for snapshot, sign in ((after, 1.0), (before, -1.0)):
+        for labels, value in snapshot.values(per_pos_name):
+            position = _position(labels.get("position", "0"), per_pos_name)
+            positions[position] = positions.get(position, 0.0) + sign * value
     per_position = tuple(positions[i] for i in sorted(positions)) if positions else None
     engines = {labels.get("engine", "0") for labels, _ in after.values(names.generation_tokens)}
     return CounterDelta(
@@ -70,10 +71,19 @@ def counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, names: Counte
     )
 
 
+def _position(label: str, name: str) -> int:
+    if not (label.isascii() and label.isdigit()):
+        raise MetricsError(
+            f"/metrics: {name} has position label {label[:20]!r}, not a whole number; "
+            "is the endpoint the engine's own /metrics?"
+        )
+    return int(label)
+
+
 def summarize_acceptance(delta: CounterDelta) -> AcceptanceSummary | None:
     """S_i = per_pos[i-1] / num_drafts and the rest; None when no drafts were counted."""
-    if not delta.num_drafts or delta.num_drafts <= 0:
-        return None
+    if not delta.num_drafts or not math.isfinite(delta.num_drafts) or delta.num_drafts <= 0:
+        return None  # no drafts, or a counter that is NaN or infinite: no acceptance to report
     drafts = delta.num_drafts
     per_position = tuple(count / drafts for count in delta.accepted_per_position or ())
     accepted = delta.num_accepted_tokens or 0.0

@@ -50,6 +50,15 @@ def emulate(
     hang_at_boot: bool = typer.Option(False, "--hang-at-boot", help="Fault: never become ready."),
     crash_after_requests: int = typer.Option(None, min=0, help="Fault: the engine dies serving request N+1."),
     drop_stream_every: int = typer.Option(None, min=1, help="Fault: cut every Nth stream mid-response."),
+    malformed_sse_every: int = typer.Option(
+        None, min=1, help="Fault: every Nth stream carries one event cut in the middle of its JSON."
+    ),
+    omit_usage: bool = typer.Option(False, "--omit-usage", help="Fault: never send usage, whatever is asked."),
+    http_500_every: int = typer.Option(None, min=1, help="Fault: every Nth request answers HTTP 500."),
+    metrics_404: bool = typer.Option(False, "--metrics-404", help="Fault: /metrics answers 404."),
+    metrics_without_spec: bool = typer.Option(
+        False, "--metrics-without-spec", help="Fault: /metrics lacks the spec-decode counters."
+    ),
     startup_seconds: float = typer.Option(None, min=0.0, help="Fault/slow start: modelled startup time in seconds."),
 ) -> None:
     """Serve a vLLM-compatible emulator of a speculative-decoding server (or print its truth).
@@ -69,6 +78,11 @@ def emulate(
         hang_at_boot=hang_at_boot,
         crash_after_requests=crash_after_requests,
         drop_stream_every=drop_stream_every,
+        malformed_sse_every=malformed_sse_every,
+        omit_usage=omit_usage,
+        http_500_every=http_500_every,
+        metrics_404=metrics_404,
+        metrics_without_spec=metrics_without_spec,
         startup_s=startup_seconds,
     )
     if max_num_seqs is not None:

@@ -51,8 +51,11 @@ class Histogram:
 class EngineCollector:
     """A prometheus_client collector that reads an Engine's counters at scrape time."""
 
-    def __init__(self, engine: Engine, model_name: str, kv_usage: Callable[[], float]) -> None:
+    def __init__(
+        self, engine: Engine, model_name: str, kv_usage: Callable[[], float], *, spec_counters: bool = True
+    ) -> None:
         self._engine = engine
+        self._spec_counters = spec_counters
         self._labels = ["0", model_name]
         self._created = time.time()
         self._kv_usage = kv_usage
@@ -82,7 +85,7 @@ class EngineCollector:
         for reason in ("abort", "length", "stop"):
             finished.add_metric([*labels, reason], stats.requests_finished.get(reason, 0), created=created)
         yield finished
-        if engine.spec is not None and engine.spec.num_speculative_tokens:
+        if self._spec_counters and engine.spec is not None and engine.spec.num_speculative_tokens:
             yield counter(vllm.SPEC_NUM_DRAFTS, "Number of spec decoding drafts.", stats.num_drafts)
             yield counter(vllm.SPEC_NUM_DRAFT_TOKENS, "Number of draft tokens.", stats.num_draft_tokens)
             yield counter(vllm.SPEC_NUM_ACCEPTED, "Number of accepted tokens.", stats.num_accepted_tokens)

@@ -53,6 +53,11 @@ class Faults:
     hang_at_boot: bool = False  # never becomes ready
     crash_after_requests: int | None = None  # the engine dies while serving request N+1
     drop_stream_every: int | None = None  # every Nth request's stream is cut mid-response
+    malformed_sse_every: int | None = None  # every Nth streamed request carries a truncated JSON event
+    omit_usage: bool = False  # streams never carry usage, whatever stream_options asks
+    http_500_every: int | None = None  # every Nth request answers HTTP 500 (vLLM's error body)
+    metrics_404: bool = False  # /metrics answers 404, as a server started without metrics
+    metrics_without_spec: bool = False  # /metrics lacks the spec-decode counters even with speculation on
     startup_s: float | None = None  # overrides the profile's startup time (a slow start)
 
 
@@ -187,6 +192,11 @@ def parse_profile(text: str, *, source: str = "<profile>") -> Profile:
         hang_at_boot=fault_reader.boolean("hang_at_boot", False),
         crash_after_requests=fault_reader.optional_int("crash_after_requests"),
         drop_stream_every=fault_reader.optional_int("drop_stream_every"),
+        malformed_sse_every=fault_reader.optional_int("malformed_sse_every"),
+        omit_usage=fault_reader.boolean("omit_usage", False),
+        http_500_every=fault_reader.optional_int("http_500_every"),
+        metrics_404=fault_reader.boolean("metrics_404", False),
+        metrics_without_spec=fault_reader.boolean("metrics_without_spec", False),
         startup_s=None,
     )
     fault_reader.done()

@@ -7,7 +7,7 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 from aiohttp import web
@@ -64,7 +64,11 @@ class EmulatorApi:
         self.log_stats = log_stats
         self.created = int(time.time())
         self.requests_started = 0
-        self.collector = EngineCollector(engine, served_model_name, self.kv_usage)
+        self.collector = EngineCollector(
+            engine, served_model_name, self.kv_usage, spec_counters=not profile.faults.metrics_without_spec
+        )
+        # As vLLM: with VLLM_API_KEY set, /v1 endpoints need "Authorization: Bearer <key>".
+        self.api_key = os.environ.get("VLLM_API_KEY") or None
 
     def kv_usage(self) -> float:
         k = self.engine.spec.num_speculative_tokens if self.engine.spec else 0
@@ -102,6 +106,8 @@ class EmulatorApi:
         return web.json_response({"object": "list", "data": [card]})
 
     async def metrics(self, request: web.Request) -> web.Response:
+        if self.profile.faults.metrics_404:
+            return web.Response(status=404, text="Not Found")
         body = render_metrics(self.collector) if self.log_stats else b""
         return web.Response(body=body, content_type="text/plain", charset="utf-8")
 
@@ -114,6 +120,8 @@ class EmulatorApi:
 
     async def _complete(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival = time.perf_counter()
+        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)
         try:
             try:
                 body = await request.json()
@@ -127,6 +135,13 @@ class EmulatorApi:
         faults = self.profile.faults
         crash = faults.crash_after_requests is not None and number > faults.crash_after_requests
         drop = bool(faults.drop_stream_every) and number % faults.drop_stream_every == 0
+        if faults.http_500_every and number % faults.http_500_every == 0:
+            return ApiError(
+                500, "EngineCore encountered an issue (fault injection: HTTP 500).", "InternalServerError"
+            ).response()
+        garble = bool(faults.malformed_sse_every) and number % faults.malformed_sse_every == 0
+        if faults.omit_usage:
+            parsed = replace(parsed, include_usage=False, continuous_usage=False)
         prompt_tokens = count_tokens(parsed.prompt_text)
         if prompt_tokens + parsed.max_tokens > self.profile.max_model_len:
             return ApiError(
@@ -147,7 +162,7 @@ class EmulatorApi:
         try:
             if not parsed.stream:
                 return await self._respond_whole(seq, parsed, request_id, prompt_tokens, crash)
-            return await self._respond_stream(request, seq, parsed, request_id, prompt_tokens, crash, drop)
+            return await self._respond_stream(request, seq, parsed, request_id, prompt_tokens, crash, drop, garble)
         finally:
             self.engine.cancel(seq)
 
@@ -245,6 +260,7 @@ class EmulatorApi:
         prompt_tokens: int,
         crash: bool,
         drop: bool,
+        garble: bool = False,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         await response.prepare(request)
@@ -276,6 +292,10 @@ class EmulatorApi:
             emitted += emission.num_tokens
             delta: Any = {"content": emission.text} if parsed.chat else emission.text
             parts.append(self._chunk(head, parsed, delta, finish, prompt_tokens, emitted))
+            if garble and finish is None:
+                # A chunk cut in the middle of its JSON, as a broken proxy might forward it.
+                parts[-1] = parts[-1][: len(parts[-1]) // 2] + "\n\n"
+                garble = False
             if first_write is None:
                 first_write = time.perf_counter()
             last_write = time.perf_counter()

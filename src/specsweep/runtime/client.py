@@ -268,7 +268,11 @@ def _int_or(value: object, default: int | None) -> int | None:
 
 
 def _error_message(text: str) -> str:
-    """The message of an OpenAI/vLLM error body, or the start of the text."""
+    """The message of an OpenAI/vLLM error body, or the start of the text, as one line."""
+    return " ".join(_error_text(text).split()) or "(empty body)"
+
+
+def _error_text(text: str) -> str:
     try:
         body = json.loads(text)
     except json.JSONDecodeError:

@@ -4,11 +4,16 @@ A server runs from an argv list (no shell) in its own process group, with its ou
 a log file. Readiness is polled over HTTP; a process that exits before it is ready ends the
 wait at once with the tail of its log as the reason. Stopping sends SIGTERM to the whole group,
 waits, then SIGKILLs what is left.
+
+On Linux the server also gets SIGTERM from the kernel when the thread that started it dies
+(``PR_SET_PDEATHSIG``), so a specsweep killed with SIGKILL leaves no server behind; the lease
+file (``runtime/lease.py``) covers what that cannot reach (detached servers, other systems).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import signal
@@ -89,6 +94,9 @@ class ServerProcess:
                     stderr=subprocess.STDOUT,
                     env=env,
                     start_new_session=True,
+                    # One prctl call between fork and exec; specsweep starts servers from its main
+                    # thread with no other thread holding locks, which is what the rule guards against.
+                    preexec_fn=_parent_death_signal(),  # noqa: PLW1509
                 )
             except OSError as exc:
                 raise LaunchError(f"cannot start {self.argv[0]!r}: {exc.strerror or exc}.") from None
@@ -163,6 +171,31 @@ def wait_until_ready(
                     f"check its log{tail}"
                 )
             time.sleep(poll_s)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A preexec_fn that asks Linux to SIGTERM the child when its parent dies; None elsewhere.
+
+    libc's prctl is looked up here, in the parent, so the child only makes one system call
+    between fork and exec. If the parent died before the call took effect, the child stops itself.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

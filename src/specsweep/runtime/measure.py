@@ -105,7 +105,10 @@ def _level_notes(
     elif engine.name == "vllm" and summary_delta is not None and summary_delta.generation_tokens is None:
         notes.append("vLLM publishes no engine metrics: it runs with --disable-log-stats; acceptance is unknown")
     elif engine.name != "sglang" and summary_delta is not None and summary_delta.num_drafts is None:
-        notes.append("no spec-decode counters on /metrics: speculation is off on this server")
+        notes.append(
+            "no spec-decode counters on /metrics: speculation is off on this server (or it does not publish "
+            "them); acceptance is unknown"
+        )
     return notes
 
 
@@ -197,7 +200,10 @@ async def _measure_level(
     delta = None
     gauge = None
     if before is not None and after is not None and engine is not None:
-        delta = counter_delta(before, after, engine.counters)
+        try:
+            delta = counter_delta(before, after, engine.counters)
+        except MetricsError as exc:  # unusable counters lose the acceptance data, not the level
+            after_note = after_note or str(exc)
         if engine.name == "sglang":
             gauge = after.total(sglang.ACCEPT_LENGTH_GAUGE)
     window = (run.started_at, run.saturated_until) if run.saturated_until else None

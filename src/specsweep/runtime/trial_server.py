@@ -9,13 +9,18 @@ Modes (``server.mode``):
 
 Placeholders such as ``{port}`` and ``{spec_args}`` are replaced element by element in argv
 templates (so no value can become a second argument or a command); in a shell-string template
-each value is shell-quoted.
+each value is shell-quoted (config.py refuses placeholders inside quotes, where quoting fails).
+
+Before a start the port must be free: a server still answering there (a stale one, or someone
+else's) would otherwise pass the readiness check and be measured in place of the trial's.
+With ``lease_path`` the running server is recorded (``runtime/lease.py``) until it is stopped.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -27,6 +32,7 @@ from specsweep.config import ServerConfig
 from specsweep.engines.registry import EngineInfo
 from specsweep.errors import LaunchError, ReadyTimeoutError
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, failure_reason, free_port, wait_until_ready
+from specsweep.runtime.lease import clear_lease, lease_for, write_lease
 from specsweep.types import BootFacts, SpeculativeConfig
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
@@ -97,10 +103,12 @@ class TrialServer:
         *,
         log_path: Path,
         ask_user: Callable[[str], None] | None = None,
+        lease_path: Path | None = None,
     ) -> None:
         self.config = config
         self.engine = engine
         self.log_path = log_path
+        self.lease_path = lease_path
         self.ask_user = ask_user or _ask_on_terminal
         self._process: ServerProcess | None = None
         self._values: dict[str, str | list[str]] = {}
@@ -120,9 +128,14 @@ class TrialServer:
             shown = " ".join(shlex.quote(a) for a in spec_args) or "(speculation off: no spec flags)"
             self.ask_user(f"Restart the server at {url} with: {shown}\nPress Enter when it is starting (or ready).")
         else:
+            _check_port_free(config.host, port, wait_s=min(10.0, config.ready_timeout_s))
             argv = self._argv(port, spec)
             self._process = ServerProcess(argv, log_path=self.log_path, env=config.env)
             self._process.start()
+            if self.lease_path is not None:
+                stop = render_command(config.stop, self._values) if config.mode == "commands" and config.stop else None
+                lease = lease_for(trial=trial, pid=self._process.pid, stop=stop, log=self.log_path)
+                write_lease(self.lease_path, lease)
         self._wait_ready(url + config.ready_path)
         startup = time.monotonic() - started
         return StartedServer(
@@ -150,10 +163,24 @@ class TrialServer:
         return render_command(config.start, self._values)
 
     def _wait_ready(self, url: str) -> None:
-        if self._process is not None:
-            self._process.wait_ready(url, timeout_s=self.config.ready_timeout_s)
+        process = self._process
+        if process is not None and self.config.mode != "commands":
+            process.wait_ready(url, timeout_s=self.config.ready_timeout_s)
             return
-        wait_until_ready(url, timeout_s=self.config.ready_timeout_s)  # attach mode: only the URL to watch
+        if process is None:
+            wait_until_ready(url, timeout_s=self.config.ready_timeout_s)  # attach mode: only the URL to watch
+            return
+
+        def failed() -> str | None:
+            # A start command that exits 0 started a detached server (docker run -d, ssh ... &).
+            code = process.exit_code()
+            if code is None or code == 0:
+                return None
+            return f"the start command exited with code {code} before the server was ready: " + failure_reason(
+                self.log_path
+            )
+
+        wait_until_ready(url, timeout_s=self.config.ready_timeout_s, dead=failed, log_path=self.log_path)
 
     def log(self) -> str:
         try:
@@ -166,8 +193,8 @@ class TrialServer:
         if self._process is None:
             return None
         code = self._process.exit_code()
-        if code is None:
-            return None
+        if code is None or (code == 0 and self.config.mode == "commands"):
+            return None  # in commands mode a start command may exit 0 and leave the server running
         return f"the server exited with code {code}: {failure_reason(self.log_path)}"
 
     def stop(self) -> None:
@@ -178,6 +205,8 @@ class TrialServer:
         if self._process is not None:
             self._process.stop(grace_s=config.stop_grace_s)
             self._process = None
+        if self.lease_path is not None:
+            clear_lease(self.lease_path)
         if config.wait_free is not None:
             self._wait_free()
 
@@ -193,6 +222,27 @@ class TrialServer:
         raise ReadyTimeoutError(
             f"server.wait_free did not succeed within {self.config.ready_timeout_s:.0f} s; the next start could fail."
         )
+
+
+def _check_port_free(host: str, port: int, *, wait_s: float = 10.0) -> None:
+    """LaunchError if something still accepts connections on host:port after ``wait_s``.
+
+    The wait covers stop commands that return before the old server has closed its socket.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=2.0):
+                pass
+        except OSError:
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    raise LaunchError(
+        f"port {port} on {host} is already in use (a server left running, or another program); stop it or "
+        "set server.port to a free port (0 picks one per trial in process mode)."
+    )
 
 
 def _run_bounded(argv: list[str], timeout_s: float, log_path: Path) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 from specsweep.config import SearchSpace
 from specsweep.engines.vllm import validate_speculative_config
+from specsweep.errors import ConfigError
 from specsweep.types import SpeculativeConfig
 
 OFF = "off"
@@ -97,6 +98,28 @@ def build_space(search: SearchSpace, *, temperature: float, engine_has_draft_sam
         fixed=dict(search.fixed),
         methods_collapsed=collapsed,
     )
+
+
+def check_space(space: Space, source: str, baseline: dict[str, Any] | None = None) -> None:
+    """ConfigError naming [search] if a configuration of the space is not a valid spec config.
+
+    Run before any server starts, so a wrong ``search.fixed``, ``search.open`` or
+    ``search.baseline`` stops the study at once instead of failing every trial.
+    """
+    try:
+        space.size()
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{source}: search.fixed / search.open give an invalid spec config ({exc}); fix that value."
+        ) from None
+    if baseline is None:
+        return
+    try:
+        if baseline.get("num_speculative_tokens"):
+            validate_speculative_config({**space.fixed, **baseline})  # as written, before any collapse
+        space.config_from_params(space.params_for(baseline))
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: search.baseline is not a valid spec config ({exc}); fix that value.") from None
 
 
 def config_key(spec: SpeculativeConfig | None) -> str:

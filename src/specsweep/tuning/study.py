@@ -8,6 +8,7 @@ boot facts, notes) is a JSON file beside it, named in the trial's ``record`` att
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import time
 import warnings
@@ -20,13 +21,15 @@ from typing import Any
 import optuna
 
 from specsweep.config import StudyConfig
+from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import EngineInfo, engine_info
 from specsweep.errors import ConfigError, LaunchError, SpecsweepError
 from specsweep.runtime.client import api_key_from_env
+from specsweep.runtime.lease import reclaim_leases
 from specsweep.runtime.measure import Measurement, MeasureSettings, run_measure
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
 from specsweep.runtime.trial_server import TrialServer
-from specsweep.tuning.space import Space, build_space, config_key
+from specsweep.tuning.space import Space, build_space, check_space, config_key
 from specsweep.tuning.storage import (
     Heartbeat,
     default_worker,
@@ -65,6 +68,11 @@ class StudyPaths:
     @property
     def logs(self) -> Path:
         return self.folder / "logs"
+
+    @property
+    def leases(self) -> Path:
+        """Lease files of running servers (runtime/lease.py)."""
+        return self.folder / "servers"
 
 
 def study_paths(config: StudyConfig, studies_dir: Path, storage: str | None = None) -> StudyPaths:
@@ -249,6 +257,9 @@ class StudyRunner:
             temperature=config.measure.temperature,
             engine_has_draft_sample_method=self.engine.has_draft_sample_method,
         )
+        check_space(self.space, config.source, config.search.baseline)
+        if config.server.mode == "emulator":
+            load_profile(config.server.emulator.profile)  # a wrong profile fails here, not in every trial
         self.workloads: dict[str, Workload] = {name: load_workload(name) for name in config.workloads}
         self.api_key = api_key_from_env(config.server.api_key_env)
         self.storage = open_storage(paths.storage, heartbeat_s=config.heartbeat_s)
@@ -273,6 +284,8 @@ class StudyRunner:
         waiting = False
         if self.space.methods_collapsed and len(config.search.draft_sample_method) > 1:
             self.emit("note", {"text": self._collapse_note()})
+        for note in reclaim_leases(self.paths.leases, grace_s=config.server.stop_grace_s):
+            self.emit("note", {"text": note})
         with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat:
             while True:
                 if budget is not None and new_trials >= budget:
@@ -455,7 +468,10 @@ class StudyRunner:
         number = trial.number
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.paths.logs / f"trial-{number:04d}.log"
-        server = TrialServer(config.server, self.engine, log_path=log_path, ask_user=self.ask_user)
+        server = TrialServer(
+            config.server, self.engine, log_path=log_path, ask_user=self.ask_user,
+            lease_path=self.paths.leases / f"{os.getpid()}.json",
+        )  # fmt: skip
         self.emit("starting", {"trial": number, "spec": spec})
         record: dict[str, Any] = {
             "trial": number,
@@ -580,6 +596,7 @@ def _summarize(measurements: dict[str, Measurement], time_scale: float = 1.0) ->
                 "accepted_per_position": list(per_pos_counts) if per_pos_counts else None,
                 "num_drafts": acceptance.num_drafts if acceptance else None,
                 "mean_acceptance_length": acceptance.mean_acceptance_length if acceptance else None,
+                "notes": list(level.notes),
             }
         out[name] = levels
     return out
