@@ -4,7 +4,8 @@ Three figures per study: acceptance decay per workload (measured S_i and p_i wit
 the AIC-chosen fit and its band past the measured positions, per drafter), throughput against
 draft length per workload (one panel per concurrency: measured points, the model's line and
 band, the recommended k marked), and the study history (every trial's objective, the best so
-far, failed trials). Tests assert on the ``*_figure_data`` records; ``render_*`` draw them.
+far, failed trials). Tests assert on the ``*_figure_data`` records; ``render_figure`` writes them
+to PNG and ``draw_figure`` returns the open figure for a notebook.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from specsweep.analysis.study import StudyAnalysis
@@ -229,6 +231,15 @@ def history_figure_data(trials: Sequence[TrialPoint], objective_label: str) -> F
 
 def render_figure(data: FigureData, path: Path) -> Path:
     """Draw a FigureData to a PNG file."""
+    figure = draw_figure(data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=DPI)
+    plt.close(figure)
+    return path
+
+
+def draw_figure(data: FigureData) -> Figure:
+    """Draw a FigureData as an open matplotlib figure (a notebook shows it; close it when done)."""
     columns = len(data.panels) or 1
     figure, axes = plt.subplots(1, columns, figsize=(5.6 * columns, 4.2), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -247,10 +258,7 @@ def render_figure(data: FigureData, path: Path) -> Path:
             axis.legend(fontsize=7, loc="best")
     figure.suptitle(data.title)
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=DPI)
-    plt.close(figure)
-    return path
+    return figure
 
 
 def _draw(axis, series: Series, color: str) -> None:
