@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import socket
+import ssl
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
@@ -59,13 +63,17 @@ def _read_request(connection: socket.socket) -> bool:
 class Server:
     """Accepts ``connections`` connections and runs ``script(connection, written)`` on each."""
 
-    def __init__(self, script: Callable[[socket.socket, list[float]], None], connections: int = 1) -> None:
+    def __init__(
+        self, script: Callable[[socket.socket, list[float]], None], connections: int = 1,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:  # fmt: skip
         self.script = script
+        self.tls = tls
         self.written: list[float] = []
         self.accepted = 0
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.thread = threading.Thread(target=self._serve, args=(connections,), daemon=True)
         self.thread.start()
 
@@ -74,6 +82,12 @@ class Server:
             for _ in range(connections):
                 connection, _ = self.listener.accept()
                 self.accepted += 1
+                if self.tls is not None:
+                    try:
+                        connection = self.tls.wrap_socket(connection, server_side=True)
+                    except ssl.SSLError:
+                        connection.close()
+                        continue
                 with connection:
                     self.script(connection, self.written)
 
@@ -259,6 +273,39 @@ def test_errors_are_httpx_exceptions() -> None:
         port = unused.getsockname()[1]
     with pytest.raises(httpx.ConnectError):
         _requests(f"http://127.0.0.1:{port}", 1)
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A throwaway self-signed certificate for 127.0.0.1."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a test certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_https_streams_with_kernel_stamps_and_verifies_the_server(certificate: tuple[Path, Path]) -> None:
+    cert, key = certificate
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(cert, key)
+    server = Server(sse_script([_event("x", 1)], [0.05], requests=2), tls=server_side)
+    trusting = ssl.create_default_context(cafile=str(cert))
+    pieces = asyncio.run(_pieces(server.url, block_s=0.2 if KERNEL_STAMPS else 0.0, ssl_context=trusting))
+    server.thread.join(5)
+    assert b"".join(data for data, _, _ in pieces).count(b"data:") == 2
+    first = next(arrived for data, arrived, _ in pieces if b'"x"' in data)
+    assert 0 <= first - server.written[0] < (0.01 if KERNEL_STAMPS else 1.0)  # decrypted late, stamped on arrival
+
+    stranger = Server(sse_script([], []), tls=server_side)
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        _requests(stranger.url, 1, Http1Transport(ssl_context=ssl.create_default_context()))
+    stranger.thread.join(5)
 
 
 @given(st.lists(st.binary(min_size=1, max_size=40), max_size=6), st.integers(1, 7))

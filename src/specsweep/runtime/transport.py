@@ -8,41 +8,43 @@ ms after its data came in: any time the process takes itself (in a protocol call
 when a task reads) carries that queueing. The kernel's receive timestamp does not
 (``runtime/kernel_stamps.py``, which also says what the stamp of a TCP read means).
 
-Each connection is a non-blocking socket with ``SO_TIMESTAMPNS`` set; while a response is
-read, an ``add_reader`` callback drains it with ``recvmsg`` and keeps (bytes, stamp) per read.
-The response's ``extensions[ARRIVALS]`` is an ``ArrivalTimes`` that gives, for each piece of
-body handed out, the arrival of any byte of it. ``stamps="socket"`` takes ``perf_counter`` in
-that callback instead and ``stamps="read"`` leaves the time to the reader
-(``bench/client_overhead.py`` compares the three).
+Each connection (``runtime/connection.py``) is a non-blocking socket with ``SO_TIMESTAMPNS``
+set; while a response is read, an ``add_reader`` callback drains it with ``recvmsg`` and keeps
+(bytes, stamp) per read, TLS decrypted on the way for https. The response's
+``extensions[ARRIVALS]`` is an ``ArrivalTimes`` that gives, for each piece of body handed out,
+the arrival of any byte of it. ``stamps="socket"`` takes ``perf_counter`` in that callback
+instead and ``stamps="read"`` leaves the time to the reader (``bench/client_overhead.py``
+compares the three). Without kernel stamps (not Linux) the callback's time is used.
 
-The HTTP/1.1 is the minimum a streaming client needs: status line and headers, chunked,
-Content-Length or close-delimited bodies, keep-alive with a check before reuse that the
-server has not closed the idle connection (llama.cpp closes after every streamed response).
-Plain http only: an https URL goes through httpx's own transport, with read-time stamps.
-Failures surface as httpx exceptions: ConnectError/ConnectTimeout, RemoteProtocolError when
-the server closes before or in the middle of a response, ReadError, ReadTimeout, WriteTimeout.
+The HTTP/1.1 (``runtime/http1.py``) is the minimum a streaming client needs: status line and
+headers, chunked, Content-Length or close-delimited bodies, keep-alive with a check before
+reuse that the server has not closed the idle connection (llama.cpp closes after every
+streamed response; a close that races the next request is left to the client's retry). No
+proxies or HTTP/2; httpx decodes any Content-Encoding above. Failures surface as httpx exceptions:
+ConnectError/ConnectTimeout (TLS verification included), RemoteProtocolError when the server
+closes before or in the middle of a response or sends a malformed one, ReadError,
+ReadTimeout and WriteTimeout (``timeout_s``, each wait), UnsupportedProtocol.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
+import ssl
 import time
 from collections.abc import AsyncIterator
 from typing import Literal
 
 import httpx
 
+from specsweep.runtime.connection import Connection, open_connection
 from specsweep.runtime.http1 import BodyDecoder, ResponseHead, body_decoder, parse_head
-from specsweep.runtime.kernel_stamps import ANCILLARY_SIZE, KernelClock, enable_kernel_stamps
 
 # The response extension that carries an ArrivalTimes for the body being read.
 ARRIVALS = "specsweep.arrivals"
 Stamps = Literal["kernel", "socket", "read"]
 
-_READ_SIZE = 256 * 1024
-_HIGH_WATER = 4 * 1024 * 1024  # stop reading a connection whose reader has this much pending
 _MAX_HEAD = 64 * 1024
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class ArrivalTimes:
@@ -62,111 +64,9 @@ class ArrivalTimes:
         return self._read_at
 
 
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
-
-
-class _Connection:
-    """One TCP connection; while a response is read, its socket is drained into (bytes, stamp) pairs."""
-
-    __slots__ = ("_clock", "_loop", "_reading", "_waiter", "buffered", "eof", "error", "key", "reads", "sock")
-
-    def __init__(self, sock: socket.socket, key: tuple[str, int], clock: KernelClock | None) -> None:
-        self.sock = sock
-        self.key = key
-        self._loop = asyncio.get_running_loop()
-        self._clock = clock
-        self._reading = False
-        self._waiter: asyncio.Future[None] | None = None
-        self.reads: list[tuple[bytes, float]] = []
-        self.buffered = 0
-        self.eof = False
-        self.error: OSError | None = None
-
-    def _on_readable(self) -> None:
-        try:
-            if self._clock is not None:
-                data, ancillary, _, _ = self.sock.recvmsg(_READ_SIZE, ANCILLARY_SIZE)
-                stamp = self._clock.stamp(ancillary, time.perf_counter())
-            else:
-                data = self.sock.recv(_READ_SIZE)
-                stamp = time.perf_counter()
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self.error = exc
-            self._stop_reading()
-        else:
-            if data:
-                self.reads.append((data, stamp))
-                self.buffered += len(data)
-                if self.buffered > _HIGH_WATER:
-                    self._stop_reading()
-            else:
-                self.eof = True
-                self._stop_reading()
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _stop_reading(self) -> None:
-        if self._reading:
-            self._loop.remove_reader(self.sock.fileno())
-            self._reading = False
-
-    async def take(self, timeout_s: float) -> list[tuple[bytes, float]]:
-        """Every read since the last take, waiting for one; [] at end of stream. Raises OSError, TimeoutError."""
-        if not self.reads and not self.eof and self.error is None:
-            if not self._reading:
-                self._loop.add_reader(self.sock.fileno(), self._on_readable)
-                self._reading = True
-            waiter = self._waiter = self._loop.create_future()
-            timer = self._loop.call_later(timeout_s, _expire, waiter)
-            try:
-                await waiter
-            finally:
-                timer.cancel()
-                self._waiter = None
-        reads = self.reads
-        if reads:
-            self.reads, self.buffered = [], 0
-            return reads
-        if self.error is not None:
-            raise self.error
-        return []
-
-    def unread(self, reads: list[tuple[bytes, float]]) -> None:
-        """Put reads back in front (the body bytes that came with the head)."""
-        self.reads[:0] = reads
-        self.buffered += sum(len(data) for data, _ in reads)
-
-    def release(self) -> bool:
-        """Stop reading; True if the connection can carry another request."""
-        self._stop_reading()
-        return not (self.reads or self.eof or self.error)
-
-    def usable(self) -> bool:
-        """An idle connection the server has not closed (and sent nothing on)."""
-        try:
-            self.sock.recv(1, socket.MSG_PEEK)
-        except (BlockingIOError, InterruptedError):
-            return True
-        except OSError:
-            return False
-        return False  # end of stream, or bytes nobody asked for
-
-    def close(self) -> None:
-        self._stop_reading()
-        self.sock.close()
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(ConnectionAbortedError("connection closed"))
-
-
 class _ResponseStream(httpx.AsyncByteStream):
     def __init__(
-        self, transport: Http1Transport, connection: _Connection, decoder: BodyDecoder, keep_alive: bool,
+        self, transport: Http1Transport, connection: Connection, decoder: BodyDecoder, keep_alive: bool,
         arrivals: ArrivalTimes,
     ) -> None:  # fmt: skip
         self._transport = transport
@@ -219,24 +119,27 @@ class _ResponseStream(httpx.AsyncByteStream):
 class Http1Transport(httpx.AsyncBaseTransport):
     """Sends httpx requests over pooled keep-alive HTTP/1.1 connections, stamping arrival in the kernel."""
 
-    def __init__(self, *, timeout_s: float = 600.0, connect_timeout_s: float = 10.0, stamps: Stamps = "kernel") -> None:
-        """``timeout_s`` bounds each wait for the server (head, any body read, the write)."""
+    def __init__(
+        self, *, timeout_s: float = 600.0, connect_timeout_s: float = 10.0, stamps: Stamps = "kernel",
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:  # fmt: skip
+        """``timeout_s`` bounds each wait for the server (head, any body read, the write); https
+        verifies with ``ssl_context``, by default httpx's (certifi, SSL_CERT_FILE)."""
         if stamps not in ("kernel", "socket", "read"):
             raise ValueError(f"stamps must be 'kernel', 'socket' or 'read', got {stamps!r}")
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.stamps: Stamps = stamps
-        self._idle: dict[tuple[str, int], list[_Connection]] = {}
-        self._open: set[_Connection] = set()
-        self._fallback: httpx.AsyncHTTPTransport | None = None
+        self._idle: dict[tuple[str, str, int], list[Connection]] = {}
+        self._open: set[Connection] = set()
+        self._ssl_context = ssl_context
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.scheme != "http":
-            if self._fallback is None:
-                self._fallback = httpx.AsyncHTTPTransport()
-            return await self._fallback.handle_async_request(request)
+        scheme = request.url.scheme
+        if scheme not in _DEFAULT_PORTS:
+            raise httpx.UnsupportedProtocol(f"{scheme!r} URLs are not supported", request=request)
         body = await request.aread()
-        key = (request.url.host, request.url.port or 80)
+        key = (scheme, request.url.host, request.url.port or _DEFAULT_PORTS[scheme])
         connection = self._idle_connection(key) or await self._connect(key, request)
         try:
             await self._send(connection, _request_bytes(request, body), request)
@@ -252,7 +155,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
             status_code=head.status, headers=head.headers, stream=stream, request=request, extensions=extensions
         )
 
-    def _idle_connection(self, key: tuple[str, int]) -> _Connection | None:
+    def _idle_connection(self, key: tuple[str, str, int]) -> Connection | None:
         idle = self._idle.get(key)
         while idle:
             connection = idle.pop()
@@ -261,45 +164,28 @@ class Http1Transport(httpx.AsyncBaseTransport):
             self._give_back(connection, reusable=False)
         return None
 
-    async def _connect(self, key: tuple[str, int], request: httpx.Request) -> _Connection:
-        loop = asyncio.get_running_loop()
-        host, port = key
+    async def _connect(self, key: tuple[str, str, int], request: httpx.Request) -> Connection:
+        scheme, host, port = key
+        if scheme == "https" and self._ssl_context is None:
+            self._ssl_context = httpx.create_ssl_context()
+            self._ssl_context.set_alpn_protocols(["http/1.1"])
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                addresses = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-                failure: OSError = OSError(f"no address for {host}")
-                for family, kind, proto, _, address in addresses:
-                    sock = socket.socket(family, kind, proto)
-                    try:
-                        sock.setblocking(False)
-                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                        kernel = self.stamps == "kernel" and enable_kernel_stamps(sock)
-                        await loop.sock_connect(sock, address)
-                    except OSError as exc:
-                        sock.close()
-                        failure = exc
-                        continue
-                    except BaseException:
-                        sock.close()
-                        raise
-                    connection = _Connection(sock, key, KernelClock() if kernel else None)
-                    self._open.add(connection)
-                    return connection
-                raise failure
+                connection = await open_connection(
+                    key,
+                    kernel_stamps=self.stamps == "kernel",
+                    tls_context=self._ssl_context if scheme == "https" else None,
+                )
         except TimeoutError:
             raise httpx.ConnectTimeout(f"timed out connecting to {host}:{port}", request=request) from None
         except OSError as exc:
             raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from None
+        self._open.add(connection)
+        return connection
 
-    async def _send(self, connection: _Connection, data: bytes, request: httpx.Request) -> None:
+    async def _send(self, connection: Connection, data: bytes, request: httpx.Request) -> None:
         try:
-            sent = connection.sock.send(data)  # a request fits the socket buffer nearly always
-            if sent < len(data):
-                async with asyncio.timeout(self.timeout_s):
-                    await asyncio.get_running_loop().sock_sendall(connection.sock, data[sent:])
-        except BlockingIOError:
-            async with asyncio.timeout(self.timeout_s):
-                await asyncio.get_running_loop().sock_sendall(connection.sock, data)
+            await connection.send(data, self.timeout_s)
         except TimeoutError:
             raise httpx.WriteTimeout("timed out sending the request", request=request) from None
         except OSError as exc:
@@ -307,7 +193,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
                 f"Server disconnected without sending a response ({exc})", request=request
             ) from None
 
-    async def _read_head(self, connection: _Connection, request: httpx.Request) -> tuple[ResponseHead, bool]:
+    async def _read_head(self, connection: Connection, request: httpx.Request) -> tuple[ResponseHead, bool]:
         """The final (non-1xx) response head; body bytes read with it go back to the connection."""
         reads: list[tuple[bytes, float]] = []
         while True:
@@ -344,7 +230,7 @@ class Http1Transport(httpx.AsyncBaseTransport):
             asked_close = request.headers.get("connection", "").lower() == "close"
             return head, head.keep_alive and not asked_close
 
-    def _give_back(self, connection: _Connection, reusable: bool) -> None:
+    def _give_back(self, connection: Connection, reusable: bool) -> None:
         if reusable and connection.release() and connection in self._open:
             self._idle.setdefault(connection.key, []).append(connection)
             return
@@ -356,8 +242,6 @@ class Http1Transport(httpx.AsyncBaseTransport):
             connection.close()
         self._open.clear()
         self._idle.clear()
-        if self._fallback is not None:
-            await self._fallback.aclose()
 
 
 def _request_bytes(request: httpx.Request, body: bytes) -> bytes:
