@@ -31,7 +31,8 @@ from specsweep.workload import WorkloadPrompt
 
 PROMPT = WorkloadPrompt(id="p1", subcategory="", prompt="Tell me about the sea.")
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-KERNEL_STAMPS = enable_kernel_stamps(socket.socket())
+with socket.socket() as _probe:
+    KERNEL_STAMPS = enable_kernel_stamps(_probe)
 
 
 def _event(text: str | None, tokens: int) -> bytes:
