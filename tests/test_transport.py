@@ -1,25 +1,38 @@
-"""The aiohttp-backed transport: chunk arrival times come from the socket, not from the reader.
+"""The streaming transport: kernel arrival stamps, HTTP/1.1 framing, keep-alive, errors.
 
-A server thread writes a chunked SSE response byte by byte the way a real server does, and
-notes when it wrote each content event (perf_counter, the same clock in every thread).
+Server threads write responses the way real servers do and note when they wrote each event
+(perf_counter, the same clock in every thread and the one the stamps are converted to).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import socket
+import ssl
+import struct
+import subprocess
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specsweep.runtime.client import StreamingClient
-from specsweep.runtime.transport import ARRIVALS, AiohttpTransport, _StampingHandler
+from specsweep.runtime.http1 import BodyDecoder, ChunkedBody, body_decoder, parse_head
+from specsweep.runtime.kernel_stamps import SO_TIMESTAMPNS_NEW, KernelClock, enable_kernel_stamps
+from specsweep.runtime.transport import ARRIVALS, Http1Transport
 from specsweep.workload import WorkloadPrompt
 
 PROMPT = WorkloadPrompt(id="p1", subcategory="", prompt="Tell me about the sea.")
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+with socket.socket() as _probe:
+    KERNEL_STAMPS = enable_kernel_stamps(_probe)
 
 
 def _event(text: str | None, tokens: int) -> bytes:
@@ -32,62 +45,108 @@ def _chunked(payload: bytes) -> bytes:
     return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
 
 
-class ScriptedServer:
-    """One connection: headers at once, then each event when ``before_write()`` returns."""
+def _read_request(connection: socket.socket) -> bool:
+    """Read one request (head and Content-Length body); False if the client closed instead."""
+    request = b""
+    while b"\r\n\r\n" not in request:
+        more = connection.recv(65536)
+        if not more:
+            return False
+        request += more
+    head, _, rest = request.partition(b"\r\n\r\n")
+    fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
+    length = int({k.lower(): v for k, v in fields.items()}.get(b"content-length", b"0"))
+    while len(rest) < length:
+        rest += connection.recv(65536)
+    return True
 
-    def __init__(self, events: list[bytes], before_write) -> None:
-        self.events = events
-        self.before_write = before_write
+
+class Server:
+    """Accepts ``connections`` connections and runs ``script(connection, written)`` on each."""
+
+    def __init__(
+        self, script: Callable[[socket.socket, list[float]], None], connections: int = 1,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:  # fmt: skip
+        self.script = script
+        self.tls = tls
         self.written: list[float] = []
+        self.accepted = 0
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
-        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self._serve, args=(connections,), daemon=True)
         self.thread.start()
 
-    def _serve(self) -> None:
-        connection, _ = self.listener.accept()
-        with connection:
-            request = b""
-            while b"\r\n\r\n" not in request:
-                request += connection.recv(65536)
-            head, _, rest = request.partition(b"\r\n\r\n")
-            length = int(next(v for k, v in (line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
-                              if k.lower() == b"content-length"))  # fmt: skip
-            while len(rest) < length:
-                rest += connection.recv(65536)
-            connection.sendall(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-            )
-            for event in self.events:
-                self.before_write()
-                self.written.append(time.perf_counter())
+    def _serve(self, connections: int) -> None:
+        with self.listener:
+            for _ in range(connections):
+                connection, _ = self.listener.accept()
+                self.accepted += 1
+                if self.tls is not None:
+                    try:
+                        connection = self.tls.wrap_socket(connection, server_side=True)
+                    except ssl.SSLError:
+                        connection.close()
+                        continue
+                with connection:
+                    self.script(connection, self.written)
+
+
+def sse_script(events: list[bytes], delays: list[float], requests: int = 1) -> Callable:
+    def script(connection: socket.socket, written: list[float]) -> None:
+        for _ in range(requests):
+            if not _read_request(connection):
+                return
+            connection.sendall(SSE_HEAD)
+            for event, delay in zip(events, delays, strict=True):
+                time.sleep(delay)
+                written.append(time.perf_counter())
                 connection.sendall(_chunked(event))
             connection.sendall(_chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
-        self.listener.close()
+
+    return script
 
 
-def test_the_transport_stamps_in_the_socket_callback() -> None:
-    """Guards the hook into aiohttp: a release that drops it makes timestamps read-time again."""
+async def _pieces(url: str, block_s: float = 0.0, **transport_args) -> list[tuple[bytes, float, float]]:
+    """Each body piece with the arrival of its first and last byte, the loop blocked before reading."""
+    async with (
+        httpx.AsyncClient(transport=Http1Transport(**transport_args)) as http,
+        http.stream("POST", url + "/v1/completions", json={}) as response,
+    ):
+        time.sleep(block_s)  # the client's own CPU load, between the head and the body
+        arrivals = response.extensions[ARRIVALS]
+        return [(data, arrivals.at(0), arrivals.at(len(data) - 1)) async for data in response.aiter_bytes()]
 
-    async def go() -> type:
-        transport = AiohttpTransport()
-        session = transport._get_session()
-        protocol = session.connector._factory()
-        await transport.aclose()
-        return type(protocol)
 
-    assert asyncio.run(go()) is _StampingHandler
+@pytest.mark.skipif(not KERNEL_STAMPS, reason="no SO_TIMESTAMPNS here")
+def test_kernel_stamps_do_not_wait_for_a_busy_client() -> None:
+    """An event read 150 ms late (the loop busy) keeps its kernel arrival; the callback's stamp does not."""
+    for stamps, lateness in (("kernel", (0.0, 0.01)), ("socket", (0.14, 1.0))):
+        server = Server(sse_script([_event("x", 1)], [0.05]))
+        pieces = asyncio.run(_pieces(server.url, block_s=0.2, stamps=stamps))
+        server.thread.join(5)
+        first = next(arrived for data, arrived, _ in pieces if b'"x"' in data)
+        assert lateness[0] <= first - server.written[0] < lateness[1], stamps
+
+
+@pytest.mark.skipif(not KERNEL_STAMPS, reason="no SO_TIMESTAMPNS here")
+def test_one_read_of_two_writes_carries_the_later_arrival() -> None:
+    """TCP semantics: the stamp of a read is the arrival of its last byte (the kernel merges queued skbs)."""
+    server = Server(sse_script([_event("a", 1), _event("b", 2)], [0.02, 0.05]))
+    pieces = asyncio.run(_pieces(server.url, block_s=0.2))
+    server.thread.join(5)
+    data, first, last = pieces[0]
+    assert b'"a"' in data and b'"b"' in data
+    assert first == last and 0 <= first - server.written[1] < 0.01
 
 
 def test_first_token_time_is_the_content_not_the_headers() -> None:
     """Headers go out at once and the first content 0.2 s later: TTFT is 0.2 s, not ~0."""
-    delays = iter([0.2, 0.05, 0.0])
-    server = ScriptedServer(
-        [_event("Once", 1), _event(" upon a time", 4), _event(None, 4)], lambda: time.sleep(next(delays))
-    )
+    server = Server(sse_script([_event("Once", 1), _event(" upon a time", 4), _event(None, 4)], [0.2, 0.05, 0.0]))
 
     async def go():
-        async with StreamingClient(f"http://127.0.0.1:{server.port}", model="m") as client:
+        async with StreamingClient(server.url, model="m") as client:
             return await client.stream(PROMPT, max_tokens=4, temperature=0.0)
 
     record = asyncio.run(go())
@@ -99,43 +158,197 @@ def test_first_token_time_is_the_content_not_the_headers() -> None:
     assert record.ttft_s == pytest.approx(0.2, abs=0.05)
 
 
-def test_a_piece_read_late_keeps_the_arrival_of_each_of_its_parts() -> None:
-    """Two socket reads that one body read returns together keep their own arrival times;
-    stamps of another response or of bytes already handed out are dropped."""
-    from collections import deque
-    from types import SimpleNamespace
-
-    from specsweep.runtime.transport import ArrivalTimes, _AiohttpStream
-
-    reader, other = object(), object()
-    stamps = [(other, 50, 0.5), (reader, 10, 1.0), (reader, 30, 2.0), (reader, 45, 3.0)]
-    protocol = SimpleNamespace(arrivals=deque(stamps))
-    stream = _AiohttpStream.__new__(_AiohttpStream)
-    stream._response = SimpleNamespace(content=reader)
-    stream._times = times = ArrivalTimes()
-    stream._protocol = protocol
-    stream._note_arrivals(10, 40)  # bytes 10..39 were read in one piece; 0..9 went out before
-    assert [times.at(0), times.at(19), times.at(20), times.at(29)] == [2.0, 2.0, 3.0, 3.0]
-    assert list(protocol.arrivals) == [(reader, 45, 3.0)]  # its last 5 bytes are still to be read
-    stream._note_arrivals(40, 45)
-    assert times.at(0) == times.at(4) == 3.0 and not protocol.arrivals
+@pytest.mark.parametrize("stamps", ["kernel", "socket"])
+def test_stamps_lie_between_the_write_and_the_read(stamps: str) -> None:
+    server = Server(sse_script([_event("x", 1), _event(None, 1)], [0.01, 0.01]))
+    pieces = asyncio.run(_pieces(server.url, stamps=stamps))
+    server.thread.join(5)
+    assert b"".join(data for data, _, _ in pieces).count(b"data:") == 3
+    assert all(first <= last for _, first, last in pieces)
+    assert pieces[0][1] >= server.written[0]
 
 
-def test_responses_carry_their_arrival_times() -> None:
-    server = ScriptedServer([_event("x", 1), _event(None, 1)], lambda: None)
+def test_read_stamps_leave_the_time_to_the_reader() -> None:
+    server = Server(sse_script([], []))
 
     async def go():
-        transport = AiohttpTransport()
-        url = f"http://127.0.0.1:{server.port}/v1/completions"
-        async with httpx.AsyncClient(transport=transport) as http, http.stream("POST", url, json={}) as response:
-            arrivals = response.extensions[ARRIVALS]
-            stamps = []
-            async for data in response.aiter_bytes():
-                stamps.append((arrivals.at(0), arrivals.at(len(data) - 1), time.perf_counter()))
-            return stamps
+        async with httpx.AsyncClient(transport=Http1Transport(stamps="read")) as http:
+            response = await http.post(server.url + "/v1/completions", json={})
+            return response.extensions.get(ARRIVALS), response.content
 
-    stamps = asyncio.run(go())
+    arrivals, content = asyncio.run(go())
     server.thread.join(5)
-    assert stamps
-    for first, last, read in stamps:
-        assert first <= last <= read
+    assert arrivals is None and content == b"data: [DONE]\n\n"
+
+
+def _requests(
+    url: str, count: int, transport: Http1Transport | None = None, pause_s: float = 0.0
+) -> tuple[list[bytes], int]:
+    async def go():
+        async with httpx.AsyncClient(transport=transport or Http1Transport()) as http:
+            bodies = []
+            for i in range(count):
+                bodies.append((await http.post(url + "/v1/completions", json={"n": i})).content)
+                await asyncio.sleep(pause_s)
+            return bodies, len(http._transport._open)
+
+    return asyncio.run(go())
+
+
+def test_keep_alive_reuses_the_connection() -> None:
+    server = Server(sse_script([_event("x", 1)], [0.0], requests=3), connections=1)
+    bodies, open_connections = _requests(server.url, 3)
+    server.thread.join(5)
+    assert server.accepted == 1 and open_connections == 1 and all(b'"x"' in body for body in bodies)
+
+
+def test_a_server_that_closes_after_each_response_gets_a_fresh_connection() -> None:
+    """llama.cpp closes after each stream: the idle connection is seen closed before it is reused."""
+
+    def script(connection: socket.socket, written: list[float]) -> None:
+        _read_request(connection)
+        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+        time.sleep(0.02)  # closes after the response has gone out (a request sent before would be reset)
+
+    server = Server(script, connections=3)
+    bodies, _ = _requests(server.url, 3, pause_s=0.1)
+    server.thread.join(5)
+    assert bodies == [b"hello"] * 3 and server.accepted == 3
+
+
+@pytest.mark.parametrize(
+    ("response", "body"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", b"hello"),
+        (b"HTTP/1.0 200 OK\r\n\r\nuntil close", b"until close"),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", b"ok"),
+        (b"HTTP/1.1 204 No Content\r\n\r\n", b""),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nT: 1\r\n\r\n", b"abc"),
+    ],
+)
+def test_bodies_in_every_framing(response: bytes, body: bytes) -> None:
+    def script(connection: socket.socket, written: list[float]) -> None:
+        _read_request(connection)
+        for byte in range(len(response)):  # byte by byte, so every parser state meets a read boundary
+            connection.sendall(response[byte : byte + 1])
+
+    server = Server(script)
+    bodies, _ = _requests(server.url, 1)
+    server.thread.join(5)
+    assert bodies == [body]
+
+
+def _failure(script: Callable, **transport_args) -> type[Exception]:
+    server = Server(script)
+    try:
+        _requests(server.url, 1, Http1Transport(**transport_args))
+    except httpx.HTTPError as exc:
+        return type(exc)
+    finally:
+        server.thread.join(5)
+    raise AssertionError("no error")
+
+
+def test_errors_are_httpx_exceptions() -> None:
+    def closes(connection, written):
+        _read_request(connection)
+
+    def truncates(connection, written):
+        _read_request(connection)
+        connection.sendall(SSE_HEAD + _chunked(_event("x", 1)) + b"5\r\nab")
+
+    def stalls(connection, written):
+        _read_request(connection)
+        connection.sendall(SSE_HEAD)
+        time.sleep(0.5)
+
+    def garbles(connection, written):
+        _read_request(connection)
+        connection.sendall(b"SSH-2.0-OpenSSH\r\n\r\n")
+
+    assert _failure(closes) is httpx.RemoteProtocolError
+    assert _failure(truncates) is httpx.RemoteProtocolError
+    assert _failure(stalls, timeout_s=0.2) is httpx.ReadTimeout
+    assert _failure(garbles) is httpx.RemoteProtocolError
+    with socket.create_server(("127.0.0.1", 0)) as unused:
+        port = unused.getsockname()[1]
+    with pytest.raises(httpx.ConnectError):
+        _requests(f"http://127.0.0.1:{port}", 1)
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A throwaway self-signed certificate for 127.0.0.1."""
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a test certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_https_streams_with_kernel_stamps_and_verifies_the_server(certificate: tuple[Path, Path]) -> None:
+    cert, key = certificate
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(cert, key)
+    server = Server(sse_script([_event("x", 1)], [0.05], requests=2), tls=server_side)
+    trusting = ssl.create_default_context(cafile=str(cert))
+    pieces = asyncio.run(_pieces(server.url, block_s=0.2 if KERNEL_STAMPS else 0.0, ssl_context=trusting))
+    server.thread.join(5)
+    assert b"".join(data for data, _, _ in pieces).count(b"data:") == 2
+    first = next(arrived for data, arrived, _ in pieces if b'"x"' in data)
+    assert 0 <= first - server.written[0] < (0.01 if KERNEL_STAMPS else 1.0)  # decrypted late, stamped on arrival
+
+    stranger = Server(sse_script([], []), tls=server_side)
+    with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+        _requests(stranger.url, 1, Http1Transport(ssl_context=ssl.create_default_context()))
+    stranger.thread.join(5)
+
+
+@given(st.lists(st.binary(min_size=1, max_size=40), max_size=6), st.integers(1, 7))
+def test_chunked_decoding_does_not_depend_on_read_boundaries(payloads: list[bytes], step: int) -> None:
+    wire = b"".join(_chunked(p) for p in payloads) + b"0\r\n\r\n"
+    decoder = ChunkedBody()
+    decoded = b"".join(decoder.feed(wire[i : i + step]) for i in range(0, len(wire), step))
+    assert decoded == b"".join(payloads) and decoder.done and not decoder.surplus
+
+
+@pytest.mark.parametrize("wire", [b"-5\r\n", b"1_0\r\n", b"zz\r\n", b"3\r\nabcX\r\n"])
+def test_malformed_chunks_are_refused(wire: bytes) -> None:
+    with pytest.raises(ValueError):
+        ChunkedBody().feed(wire)
+
+
+def test_bytes_after_the_body_mark_the_connection_unusable() -> None:
+    chunked, fixed = ChunkedBody(), BodyDecoder(2)
+    assert chunked.feed(b"0\r\n\r\nHTTP") == b"" and chunked.done and chunked.surplus
+    assert fixed.feed(b"okHTTP") == b"ok" and fixed.done and fixed.surplus
+
+
+@pytest.mark.parametrize(
+    ("raw", "keep_alive", "framing"),
+    [
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked", True, "ChunkedBody"),
+        (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 3", False, "BodyDecoder"),
+        (b"HTTP/1.0 200 OK", False, "CloseDelimitedBody"),
+        (b"HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 0", True, "BodyDecoder"),
+    ],
+)
+def test_response_heads(raw: bytes, keep_alive: bool, framing: str) -> None:
+    head = parse_head(raw)
+    assert head.status == 200 and head.keep_alive is keep_alive
+    assert type(body_decoder(head, "POST")).__name__ == framing
+
+
+def test_kernel_clock_converts_the_wall_clock_stamp() -> None:
+    clock = KernelClock()
+    now_ns = time.time_ns()
+    read_at = time.perf_counter() + 0.001
+    ancillary = [(socket.SOL_SOCKET, SO_TIMESTAMPNS_NEW, struct.pack("qq", *divmod(now_ns, 1_000_000_000)))]
+    assert clock.stamp(ancillary, read_at) == pytest.approx(read_at - 0.001, abs=0.001)
+    assert clock.stamp([], read_at) == read_at
+    assert clock.stamp(ancillary, read_at - 1.0) <= read_at - 1.0  # never after the read

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from specsweep.errors import ConfigError
-from specsweep.runtime.transport import ARRIVALS, AiohttpTransport
+from specsweep.runtime.transport import ARRIVALS, Http1Transport
 from specsweep.types import RequestRecord
 from specsweep.workload import WorkloadPrompt, new_nonce
 
@@ -55,7 +55,7 @@ class StreamingClient:
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
             headers=headers,
-            transport=transport or AiohttpTransport(timeout_s=timeout_s),
+            transport=transport or Http1Transport(timeout_s=timeout_s),
             timeout=httpx.Timeout(timeout_s, connect=10.0),
             # Keep-alive saves a connection setup per request (about 1.5 ms here); servers
             # that close after each stream (llama.cpp) are covered by the retry in stream().
@@ -111,8 +111,8 @@ class StreamingClient:
                     return tracker.record(
                         prompt_id, max_tokens, error=f"HTTP {response.status_code}: {_error_message(text)}"
                     )
-                # Arrival times from the transport's socket callbacks when it has them,
-                # else the time each piece is read, before any parsing.
+                # Arrival times from the transport (the kernel's receive times) when it
+                # has them, else the time each piece is read, before any parsing.
                 arrivals = response.extensions.get(ARRIVALS)
                 pending = b""
                 async for data in response.aiter_bytes():

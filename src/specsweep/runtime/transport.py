@@ -1,60 +1,50 @@
-"""An httpx transport that does its socket and HTTP/1.1 work with aiohttp.
+"""An httpx transport for the streaming path: HTTP/1.1 on asyncio sockets, each read stamped by the kernel.
 
 The measuring client is written against httpx (its API, its exceptions, ``MockTransport`` in
-tests); this transport only changes who reads the wire. httpx's default stack (httpcore on
-anyio, h11) costs about 290 us of CPU per streamed chunk here, aiohttp's C parser about 80
-(``bench/client_overhead.py``), and under speculative decoding a client at 64 streams receives
-thousands of chunks a second: the difference decides whether the client's own timestamps stay
-within a millisecond or two of the server's writes.
+tests); this transport only changes who reads the wire, and when the bytes are said to have
+arrived. A server step writes a chunk to every stream at once, and one Python event loop
+spends 70-90 us of CPU per chunk, so with 64 streams the last socket of a burst is read 5-15
+ms after its data came in: any time the process takes itself (in a protocol callback, or
+when a task reads) carries that queueing. The kernel's receive timestamp does not
+(``runtime/kernel_stamps.py``, which also says what the stamp of a TCP read means).
 
-Arrival times are taken where the bytes come off the socket, in the connection's protocol
-callback, not where a task gets round to reading them: when a server step writes to 64
-streams at once, the event loop runs all 64 socket callbacks before any stream's task
-resumes, so a stamp taken at read time would include the parsing of every stream served
-before it. The stamps reach the client through the response's ``extensions`` (ARRIVALS).
+Each connection (``runtime/connection.py``) is a non-blocking socket with ``SO_TIMESTAMPNS``
+set; while a response is read, an ``add_reader`` callback drains it with ``recvmsg`` and keeps
+(bytes, stamp) per read, TLS decrypted on the way for https. The response's
+``extensions[ARRIVALS]`` is an ``ArrivalTimes`` that gives, for each piece of body handed out,
+the arrival of any byte of it. ``stamps="socket"`` takes ``perf_counter`` in that callback
+instead and ``stamps="read"`` leaves the time to the reader (``bench/client_overhead.py``
+compares the three). Without kernel stamps (not Linux) the callback's time is used.
+
+The HTTP/1.1 (``runtime/http1.py``) is the minimum a streaming client needs: status line and
+headers, chunked, Content-Length or close-delimited bodies, keep-alive with a check before
+reuse that the server has not closed the idle connection (llama.cpp closes after every
+streamed response; a close that races the next request is left to the client's retry). No
+proxies or HTTP/2; httpx decodes any Content-Encoding above. Failures surface as httpx exceptions:
+ConnectError/ConnectTimeout (TLS verification included), RemoteProtocolError when the server
+closes before or in the middle of a response or sends a malformed one, ReadError,
+ReadTimeout and WriteTimeout (``timeout_s``, each wait), UnsupportedProtocol.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import ssl
 import time
-from collections import deque
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Literal
 
-import aiohttp
 import httpx
-from aiohttp.client_proto import ResponseHandler
-from aiohttp.streams import StreamReader
+
+from specsweep.runtime.connection import Connection, open_connection
+from specsweep.runtime.http1 import BodyDecoder, ResponseHead, body_decoder, parse_head
 
 # The response extension that carries an ArrivalTimes for the body being read.
 ARRIVALS = "specsweep.arrivals"
+Stamps = Literal["kernel", "socket", "read"]
 
-
-class _StampingHandler(ResponseHandler):
-    """aiohttp's response protocol, noting when each read from the socket arrived.
-
-    Each entry is (the body's reader, its payload bytes so far, perf_counter at arrival):
-    payload bytes rather than socket bytes, so chunked-encoding framing does not shift them.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.arrivals: deque[tuple[StreamReader, int, float]] = deque()
-
-    def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
-        super().data_received(data)
-        reader = self._payload
-        if isinstance(reader, StreamReader) and reader.total_bytes:
-            self.arrivals.append((reader, reader.total_bytes, now))
-
-
-class _StampingConnector(aiohttp.TCPConnector):
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._factory = functools.partial(_StampingHandler, loop=self._loop)
+_MAX_HEAD = 64 * 1024
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class ArrivalTimes:
@@ -74,96 +64,193 @@ class ArrivalTimes:
         return self._read_at
 
 
-class _AiohttpStream(httpx.AsyncByteStream):
-    def __init__(self, response: aiohttp.ClientResponse, arrivals: ArrivalTimes) -> None:
-        self._response = response
+class _ResponseStream(httpx.AsyncByteStream):
+    def __init__(
+        self, transport: Http1Transport, connection: Connection, decoder: BodyDecoder, keep_alive: bool,
+        arrivals: ArrivalTimes,
+    ) -> None:  # fmt: skip
+        self._transport = transport
+        self._connection = connection
+        self._decoder = decoder
+        self._keep_alive = keep_alive
         self._times = arrivals
-        connection = response.connection
-        protocol = connection.protocol if connection is not None else None
-        self._protocol = protocol if isinstance(protocol, _StampingHandler) else None
-
-    def _note_arrivals(self, consumed: int, end: int) -> None:
-        """Move the protocol's stamps for payload bytes consumed..end into the piece's segments."""
-        times = self._times
-        times._read_at = time.perf_counter()
-        times._segments.clear()
-        if self._protocol is None:
-            return
-        reader, pending = self._response.content, self._protocol.arrivals
-        while pending:
-            owner, total, arrived = pending[0]
-            if owner is not reader or total <= consumed:
-                pending.popleft()  # another response's, or bytes already handed out
-                continue
-            times._segments.append((min(total, end) - consumed, arrived))
-            if total > end:
-                break
-            pending.popleft()
+        self._closed = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        consumed = 0
-        try:
-            async for data in self._response.content.iter_any():
-                self._note_arrivals(consumed, consumed + len(data))
-                consumed += len(data)
-                yield data
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
-            raise httpx.RemoteProtocolError(f"peer closed the connection mid-response ({exc})") from None
-        except aiohttp.ClientConnectionError as exc:
-            raise httpx.ReadError(str(exc) or type(exc).__name__) from None
-        except TimeoutError:
-            raise httpx.ReadTimeout("timed out reading the response") from None
+        decoder, connection, times = self._decoder, self._connection, self._times
+        timeout_s = self._transport.timeout_s
+        while not decoder.done:
+            try:
+                reads = await connection.take(timeout_s)
+            except TimeoutError:
+                raise httpx.ReadTimeout("timed out reading the response") from None
+            except OSError as exc:
+                raise httpx.ReadError(str(exc) or type(exc).__name__) from None
+            if not reads:
+                if decoder.finish_at_close():
+                    break
+                raise httpx.RemoteProtocolError("peer closed the connection mid-response")
+            parts: list[bytes] = []
+            segments = times._segments
+            segments.clear()
+            total = 0
+            for data, stamp in reads:
+                try:
+                    piece = decoder.feed(data)
+                except ValueError as exc:
+                    raise httpx.RemoteProtocolError(f"malformed response body: {exc}") from None
+                if piece:
+                    parts.append(piece)
+                    total += len(piece)
+                    segments.append((total, stamp))
+            times._read_at = time.perf_counter()
+            if parts:
+                yield parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def aclose(self) -> None:
-        self._response.release()
+        if self._closed:
+            return
+        self._closed = True
+        decoder = self._decoder
+        reusable = self._keep_alive and decoder.done and not decoder.surplus
+        self._transport._give_back(self._connection, reusable)
 
 
-class AiohttpTransport(httpx.AsyncBaseTransport):
-    """Sends httpx requests through one aiohttp session (connections pooled and kept alive)."""
+class Http1Transport(httpx.AsyncBaseTransport):
+    """Sends httpx requests over pooled keep-alive HTTP/1.1 connections, stamping arrival in the kernel."""
 
     def __init__(
-        self, *, timeout_s: float = 600.0, connect_timeout_s: float = 10.0, stamp_arrivals: bool = True
-    ) -> None:
-        """``stamp_arrivals=False`` leaves arrival times to the reader (bench/client_overhead.py compares)."""
-        self._timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=timeout_s)
-        self._connector_class = _StampingConnector if stamp_arrivals else aiohttp.TCPConnector
-        self._session: aiohttp.ClientSession | None = None
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = self._connector_class(limit=0, force_close=False, enable_cleanup_closed=True)
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self._timeout, auto_decompress=False, skip_auto_headers=("User-Agent",)
-            )
-        return self._session
+        self, *, timeout_s: float = 600.0, connect_timeout_s: float = 10.0, stamps: Stamps = "kernel",
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:  # fmt: skip
+        """``timeout_s`` bounds each wait for the server (head, any body read, the write); https
+        verifies with ``ssl_context``, by default httpx's (certifi, SSL_CERT_FILE)."""
+        if stamps not in ("kernel", "socket", "read"):
+            raise ValueError(f"stamps must be 'kernel', 'socket' or 'read', got {stamps!r}")
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.stamps: Stamps = stamps
+        self._idle: dict[tuple[str, str, int], list[Connection]] = {}
+        self._open: set[Connection] = set()
+        self._ssl_context = ssl_context
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        scheme = request.url.scheme
+        if scheme not in _DEFAULT_PORTS:
+            raise httpx.UnsupportedProtocol(f"{scheme!r} URLs are not supported", request=request)
         body = await request.aread()
-        headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() not in ("host", "content-length")]
+        key = (scheme, request.url.host, request.url.port or _DEFAULT_PORTS[scheme])
+        connection = self._idle_connection(key) or await self._connect(key, request)
         try:
-            response = await self._get_session().request(
-                request.method, str(request.url), data=body or None, headers=headers, allow_redirects=False
-            )
-        except aiohttp.ClientConnectorError as exc:
-            raise httpx.ConnectError(str(exc), request=request) from None
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            await self._send(connection, _request_bytes(request, body), request)
+            head, keep_alive = await self._read_head(connection, request)
+        except BaseException:
+            self._give_back(connection, reusable=False)
+            raise
+        arrivals = ArrivalTimes()
+        decoder = body_decoder(head, request.method)
+        stream = _ResponseStream(self, connection, decoder, keep_alive, arrivals)
+        extensions = {} if self.stamps == "read" else {ARRIVALS: arrivals}
+        return httpx.Response(
+            status_code=head.status, headers=head.headers, stream=stream, request=request, extensions=extensions
+        )
+
+    def _idle_connection(self, key: tuple[str, str, int]) -> Connection | None:
+        idle = self._idle.get(key)
+        while idle:
+            connection = idle.pop()
+            if connection.usable():
+                return connection
+            self._give_back(connection, reusable=False)
+        return None
+
+    async def _connect(self, key: tuple[str, str, int], request: httpx.Request) -> Connection:
+        scheme, host, port = key
+        if scheme == "https" and self._ssl_context is None:
+            self._ssl_context = httpx.create_ssl_context()
+            self._ssl_context.set_alpn_protocols(["http/1.1"])
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                connection = await open_connection(
+                    key,
+                    kernel_stamps=self.stamps == "kernel",
+                    tls_context=self._ssl_context if scheme == "https" else None,
+                )
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"timed out connecting to {host}:{port}", request=request) from None
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from None
+        self._open.add(connection)
+        return connection
+
+    async def _send(self, connection: Connection, data: bytes, request: httpx.Request) -> None:
+        try:
+            await connection.send(data, self.timeout_s)
+        except TimeoutError:
+            raise httpx.WriteTimeout("timed out sending the request", request=request) from None
+        except OSError as exc:
             raise httpx.RemoteProtocolError(
                 f"Server disconnected without sending a response ({exc})", request=request
             ) from None
-        except aiohttp.ClientError as exc:
-            raise httpx.TransportError(f"{type(exc).__name__}: {exc}", request=request) from None
-        except TimeoutError:
-            raise httpx.ConnectTimeout("timed out connecting", request=request) from None
-        arrivals = ArrivalTimes()
-        return httpx.Response(
-            status_code=response.status,
-            headers=list(response.raw_headers),
-            stream=_AiohttpStream(response, arrivals),
-            request=request,
-            extensions={ARRIVALS: arrivals},
-        )
+
+    async def _read_head(self, connection: Connection, request: httpx.Request) -> tuple[ResponseHead, bool]:
+        """The final (non-1xx) response head; body bytes read with it go back to the connection."""
+        reads: list[tuple[bytes, float]] = []
+        while True:
+            raw = b"".join(data for data, _ in reads)
+            end = raw.find(b"\r\n\r\n")
+            if end < 0:
+                if len(raw) > _MAX_HEAD:
+                    raise httpx.RemoteProtocolError("response head too large", request=request)
+                try:
+                    more = await connection.take(self.timeout_s)
+                except TimeoutError:
+                    raise httpx.ReadTimeout("timed out waiting for the response", request=request) from None
+                except OSError as exc:
+                    raise httpx.RemoteProtocolError(
+                        f"Server disconnected without sending a response ({exc})", request=request
+                    ) from None
+                if not more:
+                    raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+                reads += more
+                continue
+            try:
+                head = parse_head(raw[:end])
+            except ValueError as exc:
+                raise httpx.RemoteProtocolError(f"malformed response head: {exc}", request=request) from None
+            cut, offset, rest = end + 4, 0, []
+            for data, stamp in reads:
+                if offset + len(data) > cut:
+                    rest.append((data[max(cut - offset, 0) :], stamp))
+                offset += len(data)
+            if 100 <= head.status < 200:
+                reads = rest  # informational (100 Continue): the real head follows
+                continue
+            connection.unread(rest)
+            asked_close = request.headers.get("connection", "").lower() == "close"
+            return head, head.keep_alive and not asked_close
+
+    def _give_back(self, connection: Connection, reusable: bool) -> None:
+        if reusable and connection.release() and connection in self._open:
+            self._idle.setdefault(connection.key, []).append(connection)
+            return
+        connection.close()
+        self._open.discard(connection)
 
     async def aclose(self) -> None:
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-            await asyncio.sleep(0)  # let aiohttp finish closing its connections
+        for connection in list(self._open):
+            connection.close()
+        self._open.clear()
+        self._idle.clear()
+
+
+def _request_bytes(request: httpx.Request, body: bytes) -> bytes:
+    """The request head and body; the body is whole, so Content-Length replaces any chunked framing."""
+    lines = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), request.url.raw_path)]
+    for name, value in request.headers.raw:
+        if name.lower() not in (b"content-length", b"transfer-encoding"):
+            lines.append(b"%s: %s\r\n" % (name, value))
+    if body or request.method in ("POST", "PUT", "PATCH"):
+        lines.append(b"Content-Length: %d\r\n" % len(body))
+    lines.append(b"\r\n")
+    return b"".join(lines) + body
