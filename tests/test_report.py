@@ -178,3 +178,21 @@ def test_drafter_keeps_opened_fields_apart() -> None:
     b = validate_speculative_config({"method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_max": 5})
     c = validate_speculative_config({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})
     assert drafter_of(a) != drafter_of(b) and drafter_of(a) == drafter_of(c) and drafter_of(None) is None
+
+
+def test_drafters_without_per_position_counters_get_the_aggregate_fit(tmp_path) -> None:
+    """Counters with only a mean acceptance length (no per-position series): a geometric fit
+    from the longest draft, still a candidate of the model, and a report that draws it."""
+    configs = simulated_configs("technical", range(1, 6), ("probabilistic",))
+    for config in configs:
+        for row in config.results["technical"].values():
+            row.pop("accepted_per_position", None)
+    analysis = analyze_study(
+        configs, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=5
+    )
+    (entry,) = analysis.acceptance
+    assert entry.fit.source == "aggregate" and entry.trial == 5  # the k = 5 trial
+    rec = analysis.recommendation("technical", 1)
+    assert not rec.speculation_off and 1 <= rec.choice.num_speculative_tokens <= 5
+    write_report(analysis, configs, {"engine": "emulator", "baseline": None}, [], tmp_path / "r", name="aggregate")
+    assert (tmp_path / "r" / "figures" / "acceptance-technical.png").is_file()

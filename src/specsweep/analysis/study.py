@@ -4,7 +4,9 @@ Input: the configurations a study measured (MeasuredConfig, read from its storag
 tuning layer). Per workload:
 - one acceptance fit per drafter (method + draft sampling + any other opened field), from the
   trial that drafted the most positions with it, its levels' counts summed (acceptance at
-  position i does not depend on how many positions follow it, nor on the batch);
+  position i does not depend on how many positions follow it, nor on the batch); a drafter
+  with no per-position counters but a mean acceptance length over a known number of drafts
+  gets the geometric fit of analysis/aggregate.py from its longest draft length;
 - one throughput model from every trial's levels (step time against k per concurrency and
   drafter, docs/analysis.md);
 - per concurrency level, the recommended k and drafter with its interval and gains;
@@ -18,7 +20,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
+from specsweep.analysis.aggregate import fit_aggregate_acceptance
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
 from specsweep.analysis.recommendation import Recommendation, batch_size_table, recommend_draft_length
 from specsweep.analysis.throughput import (
@@ -207,7 +211,7 @@ def _acceptance_fits(
         depth = len(rows[0]["accepted_per_position"])
         if drafter not in best or depth > best[drafter][0]:
             best[drafter] = (depth, config)
-    out = []
+    out = _aggregate_fits(configs, workload, set(best), k_max=k_max, confidence=confidence, draws=draws, seed=seed)
     for drafter, (depth, config) in sorted(
         best.items(), key=lambda item: (item[0].method, item[0].draft_sample_method)
     ):
@@ -224,6 +228,41 @@ def _acceptance_fits(
             continue
         out.append(DrafterAcceptance(workload=workload, drafter=drafter, trial=config.trial, fit=fit))
     return out
+
+
+def _aggregate_fits(
+    configs: Sequence[MeasuredConfig], workload: str, covered: set[Drafter], **args: Any
+) -> list[DrafterAcceptance]:
+    """Geometric fits for drafters measured without per-position counters (only a mean
+    acceptance length over a known number of drafts), from their longest draft length."""
+
+    def rows_of(config: MeasuredConfig) -> list[dict]:
+        rows = config.results.get(workload, {}).values()
+        return [r for r in rows if r.get("num_drafts") and r.get("mean_acceptance_length")]
+
+    best: dict[Drafter, MeasuredConfig] = {}
+    for config in configs:
+        drafter, spec = drafter_of(config.spec), config.spec
+        if drafter is None or spec is None or drafter in covered or spec.num_speculative_tokens_per_batch_size:
+            continue
+        held = best.get(drafter)
+        if rows_of(config) and (held is None or (spec.num_speculative_tokens or 0) > _k(held)):
+            best[drafter] = config
+    out = []
+    for drafter, config in best.items():
+        k, rows = _k(config), rows_of(config)
+        drafts = sum(float(r["num_drafts"]) for r in rows)
+        accepted = sum(float(r["num_drafts"]) * (float(r["mean_acceptance_length"]) - 1.0) for r in rows)
+        try:
+            fit = fit_aggregate_acceptance(num_speculative_tokens=k, requests=[(drafts * k, accepted)], **args)
+        except FitError:
+            continue
+        out.append(DrafterAcceptance(workload=workload, drafter=drafter, trial=config.trial, fit=fit))
+    return out
+
+
+def _k(config: MeasuredConfig) -> int:
+    return (config.spec.num_speculative_tokens or 0) if config.spec is not None else 0
 
 
 def _observations(configs: Sequence[MeasuredConfig], workload: str) -> list[ThroughputObservation]:
