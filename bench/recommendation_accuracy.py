@@ -29,7 +29,7 @@ from specsweep.tuning.study import StudyRunner, study_paths
 
 WORKLOADS = ("prose", "technical")
 LEVELS = (1, 4)
-K_MAX = {"dgx-spark-v4-flash": 5, "l40s-llama-8b-eagle3": 8}
+K_MAX = {"dgx-spark-v4-flash": 5, "l40s-llama-8b-eagle3": 6}
 
 
 def fixed_fields(method: str) -> dict:
