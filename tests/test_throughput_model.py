@@ -201,3 +201,15 @@ def test_model_and_predictions_serialise_to_json():
     model = fit_throughput_model([observe(k, 1) for k in (0, 2, 4)])
     rows = predict_throughput(model, {DSPARK: S}, concurrency=1)
     json.dumps({"model": asdict(model), "rows": [asdict(r) for r in rows]}, allow_nan=False)
+
+
+def test_no_drawn_step_is_faster_than_speculation_off():
+    """A drafter measured at one k only has its slope drawn up to twice the off point's; no draw
+    of its step time may fall below the step without speculation (which once gave rates of 1e9)."""
+    model = fit_throughput_model([observe(0, 4), observe(8, 4)])
+    sample = sample_rates(model, {DSPARK: S}, concurrency=4, draws=2000, seed=2)
+    off = sample.candidates.index(Candidate(drafter=None, num_speculative_tokens=0))
+    for j, candidate in enumerate(sample.candidates):
+        if not candidate.off:
+            e = expected_tokens_per_step(S, candidate.num_speculative_tokens)
+            assert np.all(sample.draws[:, j] <= e * sample.draws[:, off] + 1e-9)

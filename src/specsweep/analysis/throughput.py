@@ -343,13 +343,19 @@ def sample_rates(
     sources: list[str] = []
     columns: list[np.ndarray] = []
     off = model.fit_for(concurrency, None)
+    floor_draws: np.ndarray | float = 1e-9
+    floor_point = 1e-9
     if off is not None:
         t, source = off.step_time_s(0)
         candidates.append(OFF)
         e_point.append(1.0)
         t_point.append(t)
         sources.append(source)
-        columns.append(concurrency / step_time_draws(off, [0], draws=draws, rng=rng)[:, 0])
+        off_draws = step_time_draws(off, [0], draws=draws, rng=rng)[:, 0]
+        columns.append(concurrency / off_draws)
+        # A step that drafts verifies at least what a step without drafting decodes: no line
+        # (least of all a one-point fit with its drawn slope) may go below speculation off.
+        floor_draws, floor_point = off_draws, t
     for drafter in sorted(acceptance, key=_order):
         fit = model.fit_for(concurrency, drafter)
         if fit is None:
@@ -357,11 +363,12 @@ def sample_rates(
         s_point, s_draws = _acceptance_arrays(acceptance[drafter], draws=draws, seed=int(rng.integers(2**31)))
         top = s_point.size if k_max is None else min(k_max, s_point.size)
         ks = list(range(1, top + 1))
-        t_draws = step_time_draws(fit, ks, draws=draws, rng=rng)
+        t_draws = np.maximum(step_time_draws(fit, ks, draws=draws, rng=rng), np.reshape(floor_draws, (-1, 1)))
         e_draws = 1.0 + np.cumsum(s_draws[:, :top], axis=1)
         e_points = 1.0 + np.cumsum(s_point[:top])
         for j, k in enumerate(ks):
             t, source = fit.step_time_s(k)
+            t = max(t, floor_point)
             candidates.append(Candidate(drafter=drafter, num_speculative_tokens=k))
             e_point.append(float(e_points[j]))
             t_point.append(t)
