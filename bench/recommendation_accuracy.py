@@ -1,6 +1,6 @@
 """Recommended draft length against the emulator's truth, over seeded studies per bundled profile.
 
-    python bench/recommendation_accuracy.py [--seeds 10] [--time-scale 100] [--requests 12]
+    python bench/recommendation_accuracy.py [--seeds 10] [--profiles NAME,...] [--requests 12]
 
 For every bundled emulator profile and seed: a real study (the emulator as a process, restarted
 per configuration, measured over HTTP like any server) over speculation off and k = 1..K with
@@ -30,6 +30,9 @@ from specsweep.tuning.study import StudyRunner, study_paths
 WORKLOADS = ("prose", "technical")
 LEVELS = (1, 4)
 K_MAX = {"dgx-spark-v4-flash": 5, "l40s-llama-8b-eagle3": 6}
+# The emulator keeps its schedule while a modelled step lasts at least about half a millisecond
+# of wall time: the L40S rig's 10-15 ms steps allow 20x, the DGX rig's 40-200 ms ones 100x.
+TIME_SCALE = {"dgx-spark-v4-flash": 100.0, "l40s-llama-8b-eagle3": 20.0}
 
 
 def fixed_fields(method: str) -> dict:
@@ -59,13 +62,14 @@ def true_best(profile_name: str, k_max: int) -> dict[tuple[str, int], tuple[int,
 def one_study(profile_name: str, seed: int, folder: Path, args: argparse.Namespace) -> dict:
     profile = load_profile(profile_name)
     k_max = K_MAX.get(profile_name, 6)
+    scale = args.time_scale or TIME_SCALE.get(profile_name, 20.0)
     config = StudyConfig(
         name=f"{profile_name}-{seed}",
         sampler="grid",
         seed=seed,
         server=ServerConfig(
             engine="emulator", mode="emulator", ready_timeout_s=60.0, stop_grace_s=5.0,
-            emulator=EmulatorServer(profile=profile_name, time_scale=args.time_scale, seed=seed,
+            emulator=EmulatorServer(profile=profile_name, time_scale=scale, seed=seed,
                                     extra_args=("--startup-seconds", "5")),
         ),
         search=SearchSpace(num_speculative_tokens=(1, k_max), draft_sample_method=("probabilistic",),
@@ -105,14 +109,14 @@ def one_study(profile_name: str, seed: int, folder: Path, args: argparse.Namespa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--time-scale", type=float, default=100.0)
+    parser.add_argument("--time-scale", type=float, default=None, help="default: per profile (TIME_SCALE)")
     parser.add_argument("--requests", type=int, default=12)
     parser.add_argument("--profiles", default=",".join(bundled_profile_names()))
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="specsweep-recommend-"))
     started = time.monotonic()
     print(f"seeded emulator studies: grid over off and k=1..K (probabilistic), {args.requests} x 600-token requests "
-          f"per level, time scale {args.time_scale:g}; recommended k vs the true best k")  # fmt: skip
+          f"per level, time scale {args.time_scale or 'per profile'}; recommended k vs the true best k")  # fmt: skip
     summary = []
     for name in args.profiles.split(","):
         results = [one_study(name, seed, folder, args) for seed in range(args.seeds)]
