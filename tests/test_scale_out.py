@@ -108,13 +108,17 @@ def postgres() -> Iterator[Postgres]:
 # --- workers -----------------------------------------------------------------------------------
 
 
-def study_file(tmp_path: Path, *, name: str, seed: int, startup_s: float = 0.0) -> Path:
-    """A node's study file: the same search, workloads and measurement everywhere, its own server."""
+def study_file(tmp_path: Path, *, name: str, seed: int, startup_s: float = 0.0, sampler: str = "grid") -> Path:
+    """A node's study file: the same search, workloads and measurement everywhere, its own server.
+
+    The grid by default: these tests check that every configuration of the space is measured
+    exactly once across the workers."""
     path = tmp_path / f"node-{seed}.toml"
     path.write_text(
         f"""
 [study]
 name = "{name}"
+sampler = "{sampler}"
 heartbeat_s = 1
 [server]
 engine = "emulator"
@@ -235,6 +239,29 @@ def test_two_workers_share_one_study_on_postgresql(tmp_path: Path, postgres: Pos
     check_complete_and_consistent(study, space_keys(configs["node-a"]), folders)
     assert {t.user_attrs["worker"] for t in study.trials if t.state == COMPLETE} == set(configs)
     assert emulator_pids("--seed 610") == []
+
+
+def test_two_workers_share_one_model_guided_search(tmp_path: Path, postgres: Postgres) -> None:
+    """The model-guided search on two workers: a worker whose next choice needs the other's
+    running largest-k trial waits for it instead of stopping; nothing is measured twice, and
+    both end with a recommendation."""
+    storage = postgres.create_database("model_workers")
+    configs = {
+        "node-a": study_file(tmp_path, name="guided", seed=6301, sampler="model"),
+        "node-b": study_file(tmp_path, name="guided", seed=6302, sampler="model"),
+    }
+    folders = {w: tmp_path / w / "studies" for w in configs}
+    with workers() as started:
+        for worker, config in configs.items():
+            started.append(start_worker(config, storage, worker, folders[worker]))
+        outputs = [finish(p) for p in started]
+    for out in outputs:
+        assert "no drafter could be measured" not in out, out
+        assert "recommended (" in out, out
+    study = optuna.load_study(study_name="guided", storage=storage)
+    keys = [t.user_attrs["key"] for t in study.trials if t.state == COMPLETE and "reused_from" not in t.user_attrs]
+    assert len(keys) == len(set(keys)) >= 3  # off and the largest k at least, each measured once
+    assert emulator_pids("--seed 630") == []
 
 
 @pytest.mark.slow

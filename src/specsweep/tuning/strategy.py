@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import optuna
@@ -72,7 +72,8 @@ class SearchDecision:
 
     params: dict[str, Any] | None
     key: str | None
-    phase: str  # "speculation off", "largest k", "pin the step-time line", "predicted optimum", "upper bound", "stop"
+    phase: str  # "speculation off", "largest k", "pin the step-time line", "predicted optimum", "upper bound",
+    # "stop", or "wait" (params None: another worker is measuring what the next choice needs)
     reason: str
     best_key: str | None
     best_objective: float | None
@@ -160,6 +161,13 @@ def decide_next(
         busy = f" ({len(running)} being measured by other workers)" if running else ""
         return _stop(f"every configuration of the space was measured or failed{busy}", best, None, ())
     if not any(m.drafter is not None for m in measured.values()):
+        if any(configs[key].drafter is not None for key in running if key in configs):
+            # Another worker is measuring a drafter's largest k: its acceptance curve is what
+            # every further choice needs, so wait for it instead of guessing.
+            return replace(
+                _stop("waiting for another worker's largest-k trial: its acceptance is needed next", best, None, ()),
+                phase="wait",
+            )
         return _stop("no drafter could be measured (every one failed)", best, None, ())
     try:
         scores, noise = _score(measured, untried, concurrency=concurrency, workloads=workloads, upper_z=upper_z)

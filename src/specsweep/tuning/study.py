@@ -319,13 +319,20 @@ class StudyRunner:
                         waiting = True
                         time.sleep(self.poll_s)
                         continue
-                waiting = False
                 if config.sampler == "model" and not self._queued():
                     decision = self._decide(exclude=failed)
+                    if decision.params is None and decision.phase == "wait" and has_heartbeats(self.storage):
+                        if not waiting:
+                            self.emit("note", {"text": decision.reason})
+                        waiting = True
+                        time.sleep(self.poll_s)
+                        continue
+                    waiting = False
                     if decision.params is None:
                         stop_reason = decision.reason
                         break
                     self.study.enqueue_trial(decision.params)
+                waiting = False
                 trial = self._ask()
                 heartbeat.follow(trial._trial_id)
                 trial.set_user_attr("worker", self.worker)
@@ -387,7 +394,8 @@ class StudyRunner:
             workloads=self.config.workloads,
             exclude=exclude,
         )
-        self.emit("plan", {"phase": decision.phase, "reason": decision.reason, "params": decision.params})
+        if decision.phase != "wait":  # a wait is said once, by the loop
+            self.emit("plan", {"phase": decision.phase, "reason": decision.reason, "params": decision.params})
         return decision
 
     def _collapse_note(self) -> str:
