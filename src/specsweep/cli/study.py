@@ -21,9 +21,10 @@ from specsweep.config import (
     load_study_config,
 )
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
-from specsweep.errors import FitError
+from specsweep.errors import ConfigError, FitError
 from specsweep.report.snippets import render_snippet, snippet_format_for
 from specsweep.tuning.recommend import analyze_stored_study, best_overall, measured_configs, pick_best
+from specsweep.tuning.rig import RIG_FILE, build_rig, write_rig
 from specsweep.tuning.storage import default_worker, is_shared, shown
 from specsweep.tuning.study import StudyOutcome, StudyRunner, study_exists, study_paths
 
@@ -128,8 +129,20 @@ def study(
         outcome = runner.run(max_trials=trials)
     out.print(f"\nstopped: {outcome.stop_reason} ({outcome.restarts} server restarts this run)")
     print_recommendation(out, outcome, chosen)
+    _write_rig(out, outcome, chosen, paths.folder)
     if paths.storage.startswith("sqlite:///"):
         out.print(f"figures, tables and fits: specsweep report {paths.folder}")
+
+
+def _write_rig(out: Console, outcome: StudyOutcome, config: StudyConfig, folder: Path) -> None:
+    """The study's step-cost model as a rig file beside it, for measure --rig and study --rig."""
+    try:
+        built = build_rig(outcome.study, folder, server=config.server)
+    except (FitError, ConfigError) as exc:
+        out.print(f"no rig file: {exc}")
+        return
+    write_rig(folder / RIG_FILE, built)
+    out.print(f"rig (step cost per k and concurrency, no workload in it): {folder / RIG_FILE}")
 
 
 def _describe(spec: Any) -> str:
