@@ -14,6 +14,7 @@ from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
 from specsweep.tuning.recommend import load_stored_study
 from specsweep.tuning.rig import RIG_FILE, WorkloadOnRig, build_rig, recommend_for_measurement, write_rig
+from specsweep.tuning.rig_study import RigStudyOutcome
 
 
 def rig(
@@ -134,3 +135,27 @@ def print_rig_recommendation(
             )
         if item.step_time_extrapolated:
             out.print("    its step time is the rig's line, not a measured point")
+
+
+def print_rig_study(out: Console, result: RigStudyOutcome, path: Path) -> None:
+    """What study --rig measured, why, and the recommendation per workload."""
+    out.print(
+        f"\n{result.server_starts} server start(s) this run: "
+        + "; ".join(f"{_plan_label(p.params)} ({p.reason})" for p in result.plan)
+    )
+    for note in result.notes:
+        out.print(f"  {note}")
+    for item in result.results:
+        print_rig_recommendation(out, result.rig, path, item, unchecked=result.unchecked)
+    if result.check is not None:
+        out.print(f"\n[bold]check[/bold] of the predicted optimum k={result.check.num_speculative_tokens}:")
+        for workload, level, predicted, measured in result.check.rows:
+            shown = (
+                f"{measured:.1f} measured ({100 * (measured / predicted - 1):+.1f}%)" if measured else "not measured"
+            )
+            out.print(f"  {workload} at concurrency {level}: {predicted:.1f} tok/s predicted, {shown}")
+
+
+def _plan_label(params: dict) -> str:
+    k = int(params.get("num_speculative_tokens") or 0)
+    return f"k={k}" if k else "speculation off"
