@@ -132,8 +132,9 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="specsweep-rig-"))
     started = time.monotonic()
+    scale = args.time_scale or "per profile"
     print(f"rig from a {RIG_WORKLOAD} study (grid off, k=1..K, {args.requests} x 600 tokens per level, time scale "
-          f"{args.time_scale or 'per profile'}); {NEW_WORKLOAD} measured once at the running k, no restart")  # fmt: skip
+          f"{scale}); {NEW_WORKLOAD} measured once at the running k, no restart", flush=True)  # fmt: skip
     rows_out = []
     worst = 1.0
     for name in args.profiles.split(","):

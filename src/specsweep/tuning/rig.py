@@ -147,7 +147,12 @@ def _identity_from_trials(study: optuna.Study, engine: str) -> tuple[RigIdentity
 
 
 def study_level_timings(
-    study: optuna.Study, folder: Path, *, time_scale: float, settings: dict[str, Any] | None = None
+    study: optuna.Study,
+    folder: Path,
+    *,
+    time_scale: float,
+    settings: dict[str, Any] | None = None,
+    workloads: Sequence[str] | None = None,
 ) -> list[LevelTiming]:
     """Every measured level of every completed trial, from the trial records beside the study
     (``settings`` receives the measure settings of the first one)."""
@@ -163,22 +168,27 @@ def study_level_timings(
             continue  # a copied study folder without its trial records: the trial gives no timing
         spec_json = attrs.get("spec")
         spec = None if spec_json is None else validate_speculative_config(json.loads(spec_json))
-        for measurement in record.get("workloads", {}).values():
+        for name, measurement in record.get("workloads", {}).items():
+            if workloads is not None and name not in workloads:
+                continue
             if settings is not None and not settings:
                 settings.update(measurement.get("settings") or {})
             out.extend(level_timings(measurement, spec, time_scale=time_scale, trial=trial.number))
     return out
 
 
-def build_rig(study: optuna.Study, folder: Path, *, server: ServerConfig | None = None) -> Rig:
-    """The rig of a stored study (FitError when no trial gives a timing)."""
+def build_rig(
+    study: optuna.Study, folder: Path, *, server: ServerConfig | None = None, workloads: Sequence[str] | None = None
+) -> Rig:
+    """The rig of a stored study, from every workload's levels or only those named (FitError when
+    no trial gives a timing)."""
     attrs = study.user_attrs
     identity, time_scale = _identity_from_trials(study, str(attrs.get("engine", "vllm")))
     if server is not None:
         args = template_server_args(server)
         identity = RigIdentity(**{**_fields(identity), "server_args": args or identity.server_args})
     settings: dict[str, Any] = {}
-    levels = study_level_timings(study, folder, time_scale=time_scale, settings=settings)
+    levels = study_level_timings(study, folder, time_scale=time_scale, settings=settings, workloads=workloads)
     if not levels:
         raise FitError(
             f"no trial of the study in {folder} has request records to time (trials/*.json); a rig needs them."
