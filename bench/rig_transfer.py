@@ -137,8 +137,9 @@ def main() -> None:
           f"{scale}); {NEW_WORKLOAD} measured once at the running k, no restart", flush=True)  # fmt: skip
     rows_out = []
     worst = 1.0
+    asked = args.time_scale
     for name in args.profiles.split(","):
-        args = argparse.Namespace(**{**vars(args), "time_scale": args.time_scale or TIME_SCALE.get(name, 100.0)})
+        args = argparse.Namespace(**{**vars(args), "time_scale": asked or TIME_SCALE.get(name, 100.0)})
         truth = true_rates(name, K_MAX[name])
         per_level: dict[int, list[dict]] = {b: [] for b in LEVELS}
         for seed in range(args.seeds):
