@@ -34,7 +34,11 @@ def test_simple_endpoints(start_emulator) -> None:
     emulator = start_emulator(speculative_config=SPEC5)
     with httpx.Client(base_url=emulator.url) as http:
         assert http.get("/health").status_code == 200
-        assert http.get("/version").json() == {"version": "0.33.0"}
+        # vLLM's {"version"}, plus what the emulator emulates (a rig file tells it apart by this)
+        assert http.get("/version").json() == {
+            "version": "0.33.0",
+            "emulator": {"profile": "dgx-spark-v4-flash", "time_scale": 50.0},
+        }
         models = http.get("/v1/models").json()
         assert models["data"][0]["id"] == DEFAULT_MODEL
         missing = http.post("/v1/chat/completions", json=chat_body(model="gpt-unknown"))

@@ -8,7 +8,7 @@ import click
 import typer
 
 from specsweep import __version__
-from specsweep.cli import emulate, measure, recommend, report, study, workloads
+from specsweep.cli import emulate, measure, recommend, report, rig, study, workloads
 from specsweep.errors import SpecsweepError
 from specsweep.tuning.study import StudyInterrupted
 
@@ -24,6 +24,7 @@ app.command("study")(study.study)
 app.command("measure")(measure.measure)
 app.command("report")(report.report)
 app.command("recommend")(recommend.recommend)
+app.command("rig")(rig.rig)
 app.command("emulate")(emulate.emulate)
 app.command("workloads")(workloads.workloads)
 

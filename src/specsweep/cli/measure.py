@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from specsweep.cli.rig import print_rig_recommendation, recommend_on_rig
 from specsweep.config import parse_concurrency
 from specsweep.errors import ConfigError
 from specsweep.runtime.client import api_key_from_env
+from specsweep.runtime.identity import read_server_identity
 from specsweep.runtime.measure import LevelResult, Measurement, MeasureSettings, run_measure
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
+from specsweep.tuning.rig import check_server_against_rig, load_rig
 from specsweep.workload import load_workload
 
 
@@ -21,7 +25,9 @@ def measure(
     workload: str = typer.Option("prose", help="prose, technical, or a JSONL file of your own."),
     engine: str = typer.Option(None, help="vllm, sglang or llama.cpp (default: detected from /metrics)."),
     model: str = typer.Option(None, help="Model name to send (default: the first one /v1/models lists)."),
-    concurrency: str = typer.Option("1,4", help="Closed-loop concurrency levels, e.g. 1,4,16."),
+    concurrency: str = typer.Option(
+        None, help="Closed-loop concurrency levels, e.g. 1,4,16 (default 1,4; with --rig, the rig's levels)."
+    ),
     requests: int = typer.Option(32, min=1, help="Measured requests per level."),
     warmup: int = typer.Option(None, min=0, help="Warm-up requests per level (default: one per stream)."),
     max_tokens: int = typer.Option(600, min=1, help="max_tokens of every request."),
@@ -32,6 +38,13 @@ def measure(
     seed: int = typer.Option(0, help="Seed of the prompt order."),
     timeout: float = typer.Option(600.0, min=1.0, help="Seconds one request may take."),
     json_path: Path = typer.Option(None, "--json", help="Also write every figure and request to this JSON file."),
+    rig: Path = typer.Option(
+        None, help="A rig file (studies/NAME/rig.json): also recommend k for this workload, with no restart."
+    ),
+    drafter: str = typer.Option(None, help="With --rig: the running server's draft method, if the rig has several."),
+    server_args: str = typer.Option(
+        None, help="With --rig: the command line the server was started with, to check against the rig's flags."
+    ),
 ) -> None:
     """Measure a running server as the field report did, but exactly and in one command.
 
@@ -39,15 +52,29 @@ def measure(
     usage, never chunk counts), a second snapshot. Prints single-stream and concurrent decode
     rates, TTFT, prefill, the server's own throughput beside the client's, and per-position
     draft acceptance from the counter differences. Nothing is restarted.
+
+    With --rig: the server must be the rig's (engine, version, model; flags too with
+    --server-args). The workload's acceptance curve fitted from the counters at the running k and
+    the rig's step cost give the recommended k per concurrency level, with its band and the
+    expected gain over the running configuration (docs/rigs.md).
     """
     if api not in ("chat", "completions"):
         raise ConfigError(f"--api must be chat or completions, got {api!r}.")
+    loaded_rig = load_rig(rig) if rig is not None else None
+    identity = None
+    unchecked: tuple[str, ...] = ()
+    if loaded_rig is not None:
+        identity = read_server_identity(endpoint, engine)
+        args = shlex.split(server_args) if server_args else None
+        unchecked = check_server_against_rig(loaded_rig, identity, server_args=args)
+        if concurrency is None:
+            concurrency = ",".join(str(b) for b in loaded_rig.concurrency_levels)
     settings = MeasureSettings(
         endpoint=endpoint,
         model=model,
         engine=engine,
         api=api,
-        concurrency=parse_concurrency(concurrency),
+        concurrency=parse_concurrency(concurrency or "1,4"),
         requests=requests,
         warmup=warmup,
         max_tokens=max_tokens,
@@ -95,6 +122,9 @@ def measure(
         out.print(f"wrote {json_path}")
     if result.error:
         raise ConfigError(f"measurement stopped: {result.error} (levels measured before it are shown above)")
+    if loaded_rig is not None and identity is not None:
+        on_rig = recommend_on_rig(loaded_rig, result, identity, drafter=drafter, seed=seed)
+        print_rig_recommendation(out, loaded_rig, rig, on_rig, unchecked=unchecked)
 
 
 def _range(low: float, high: float, digits: int = 1) -> str:

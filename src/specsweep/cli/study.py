@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from specsweep.cli.recommend import print_analysis
+from specsweep.cli.rig import print_rig_study
 from specsweep.config import (
     EmulatorServer,
     MeasureConfig,
@@ -21,9 +22,11 @@ from specsweep.config import (
     load_study_config,
 )
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
-from specsweep.errors import FitError
+from specsweep.errors import ConfigError, FitError
 from specsweep.report.snippets import render_snippet, snippet_format_for
 from specsweep.tuning.recommend import analyze_stored_study, best_overall, measured_configs, pick_best
+from specsweep.tuning.rig import RIG_FILE, build_rig, load_rig, write_rig
+from specsweep.tuning.rig_study import run_rig_study
 from specsweep.tuning.storage import default_worker, is_shared, shown
 from specsweep.tuning.study import StudyOutcome, StudyRunner, study_exists, study_paths
 
@@ -82,6 +85,12 @@ def study(
         help="This worker's name in a shared study, kept with every trial it runs (default: the host name); "
         "workers on one host need different names.",
     ),
+    rig: Path = typer.Option(
+        None,
+        help="Reuse a rig file (studies/NAME/rig.json): restart only where it cannot answer (one start "
+        "at the largest k for acceptance; a drafter or level it lacks; --check).",
+    ),
+    check: bool = typer.Option(False, "--check", help="With --rig: also measure the predicted optimum."),
 ) -> None:
     """Tune draft length and draft sampling: restart the server for each config, measure, recommend.
 
@@ -117,6 +126,14 @@ def study(
         )
     status = out.status("opening the study")
     worker = worker or default_worker()
+    if rig is not None:
+        loaded = load_rig(rig)
+        with status:
+            result = run_rig_study(
+                chosen, paths, loaded, check=check, resume=resume, on_event=_printer(out, status), worker=worker
+            )
+        print_rig_study(out, result, rig)
+        return
     runner = StudyRunner(chosen, paths, resume=resume, on_event=_printer(out, status), worker=worker)
     out.print(
         f"study [bold]{chosen.name}[/bold]: {runner.space.size()} distinct configurations, sampler {chosen.sampler}, "
@@ -128,8 +145,20 @@ def study(
         outcome = runner.run(max_trials=trials)
     out.print(f"\nstopped: {outcome.stop_reason} ({outcome.restarts} server restarts this run)")
     print_recommendation(out, outcome, chosen)
+    _write_rig(out, outcome, chosen, paths.folder)
     if paths.storage.startswith("sqlite:///"):
         out.print(f"figures, tables and fits: specsweep report {paths.folder}")
+
+
+def _write_rig(out: Console, outcome: StudyOutcome, config: StudyConfig, folder: Path) -> None:
+    """The study's step-cost model as a rig file beside it, for measure --rig and study --rig."""
+    try:
+        built = build_rig(outcome.study, folder, server=config.server)
+    except (FitError, ConfigError) as exc:
+        out.print(f"no rig file: {exc}")
+        return
+    write_rig(folder / RIG_FILE, built)
+    out.print(f"rig (step cost per k and concurrency, no workload in it): {folder / RIG_FILE}")
 
 
 def _describe(spec: Any) -> str:

@@ -91,7 +91,10 @@ class EmulatorApi:
         return web.Response(status=200)
 
     async def version(self, request: web.Request) -> web.Response:
-        return web.json_response({"version": self.profile.version})
+        # vLLM answers {"version"}; the emulator adds what it emulates, so a rig can tell it apart
+        # and read rates in the modelled hardware's units.
+        emulated = {"profile": self.profile.name, "time_scale": self.engine.time_scale}
+        return web.json_response({"version": self.profile.version, "emulator": emulated})
 
     async def models(self, request: web.Request) -> web.Response:
         card = {

@@ -67,3 +67,47 @@ def engine_from_metric_names(names: set[str]) -> EngineInfo | None:
         if any(name.startswith(info.metric_prefix) for name in names):
             return info
     return None
+
+
+# Flags (each with one value) that set the spec config, per engine: a rig's flags leave them out.
+SPEC_FLAGS: dict[str, tuple[str, ...]] = {
+    "vllm": ("--speculative-config", "-sc"),
+    "emulator": ("--speculative-config", "-sc"),
+    "llama.cpp": (
+        "-md", "--model-draft", "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min", "--draft-max",
+        "--draft-min", "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m", "--spec-synth-len",
+        "--spec-synth-rates",
+    ),
+    "sglang": ("--speculative-",),  # a prefix: every --speculative-* flag
+}  # fmt: skip
+# Flags that say where a server listens, or (the emulator) how fast it runs its model: not the rig.
+PLACE_FLAGS: dict[str, tuple[str, ...]] = {
+    "emulator": ("--host", "--port", "--time-scale", "--seed", "--startup-seconds"),
+}
+DEFAULT_PLACE_FLAGS = ("--host", "--port")
+
+
+def server_args_without_spec(engine: str, argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """A server's argv as a rig compares it: the program's base name, no spec-config flags, no
+    --host or --port (``--flag value`` and ``--flag=value`` alike). The emulator's
+    ``python -m specsweep emulate`` reads as ``specsweep emulate``."""
+    args = list(argv)
+    if "emulate" in args and any(a == "specsweep" or a.endswith("/specsweep") for a in args[: args.index("emulate")]):
+        args = ["specsweep", *args[args.index("emulate") :]]
+    elif args:
+        args[0] = args[0].rstrip("/").rsplit("/", 1)[-1]
+    spec = SPEC_FLAGS.get(engine, ())
+    place = PLACE_FLAGS.get(engine, DEFAULT_PLACE_FLAGS)
+    out: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        dropped = name in place or name in spec or any(p.endswith("-") and name.startswith(p) for p in spec)
+        if dropped:
+            skip = "=" not in arg
+            continue
+        out.append(arg)
+    return tuple(out)

@@ -26,6 +26,7 @@ from specsweep.engines.registry import EngineInfo, engine_info
 from specsweep.errors import ConfigError, LaunchError, SpecsweepError
 from specsweep.runtime.client import api_key_from_env
 from specsweep.runtime.lease import reclaim_leases
+from specsweep.runtime.identity import read_server_identity
 from specsweep.runtime.measure import Measurement, MeasureSettings, run_measure
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
 from specsweep.runtime.trial_server import TrialServer
@@ -500,6 +501,8 @@ class StudyRunner:
             record["boot"] = boot
             trial.set_user_attr("startup_s", round(started.startup_s, 3))
             trial.set_user_attr("boot", boot)
+            # What the server says it is (engine, version, model): a rig made from this study keeps it.
+            trial.set_user_attr("server", asdict(read_server_identity(started.url, self.engine.name)))
             self.emit("ready", {"trial": number, "startup_s": started.startup_s, "boot": boot})
             measurements: dict[str, Measurement] = {}
             for name, workload in self.workloads.items():

@@ -1,0 +1,161 @@
+"""``specsweep rig``: write a study's rig file (its step-cost model) again, and show what it holds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from specsweep.analysis.recommendation import Recommendation
+from specsweep.analysis.rig import Rig
+from specsweep.analysis.throughput import Candidate
+from specsweep.runtime.identity import ServerIdentity
+from specsweep.runtime.measure import Measurement
+from specsweep.tuning.recommend import load_stored_study
+from specsweep.tuning.rig import RIG_FILE, WorkloadOnRig, build_rig, recommend_for_measurement, write_rig
+from specsweep.tuning.rig_study import RigStudyOutcome
+
+
+def rig(
+    study_folder: Path = typer.Argument(..., help="The study's folder (studies/NAME)."),
+    output: Path = typer.Option(None, "--output", "-o", help="Where to write it (default: STUDY_FOLDER/rig.json)."),
+    storage: str = typer.Option(None, help="Optuna storage URL, when the study is not in the folder's study.db."),
+    study_name: str = typer.Option(None, help="Study name in --storage (default: the folder's name)."),
+) -> None:
+    """Write the rig file of a stored study: step time against k and concurrency per drafter,
+    with the request shape and the engine, version, model and flags it was measured on.
+
+    ``specsweep measure --rig FILE`` and ``specsweep study --rig FILE`` reuse it (docs/rigs.md).
+    """
+    study = load_stored_study(study_folder, storage=storage, name=study_name)
+    built = build_rig(study, study_folder)
+    path = output or study_folder / RIG_FILE
+    write_rig(path, built)
+    out = Console(soft_wrap=True)
+    print_rig(out, built)
+    out.print(f"wrote {path}")
+
+
+def describe_rig(built: Rig) -> str:
+    """One line: what the rig was measured on and what it covers."""
+    ident = built.identity
+    drafters = "; ".join(
+        f"{d.method} ({d.draft_sample_method}) k={_ks(built.draft_lengths(d))}" for d in built.drafters
+    )
+    return (
+        f"{ident.engine} {ident.engine_version or '(version unknown)'}, model {ident.model or '(unknown)'}, "
+        f"concurrency {list(built.concurrency_levels)}, {drafters or 'no drafter'}"
+    )
+
+
+def _ks(ks: tuple[int, ...]) -> str:
+    if ks and list(ks) == list(range(ks[0], ks[-1] + 1)) and len(ks) > 2:
+        return f"{ks[0]}..{ks[-1]}"
+    return ",".join(map(str, ks))
+
+
+def print_rig(out: Console, built: Rig) -> None:
+    out.print(f"[bold]rig[/bold]: {describe_rig(built)}")
+    if built.identity.server_args:
+        out.print(f"  flags: {' '.join(built.identity.server_args)}")
+    for fit in built.model.fits:
+        name = "off" if fit.drafter is None else fit.drafter.method
+        points = ", ".join(f"k={p.num_speculative_tokens} {1000 * p.step_time_s:.2f}" for p in fit.points)
+        out.print(
+            f"  concurrency {fit.concurrency}, {name}: decode step ms {points}; line "
+            f"{1000 * fit.intercept_s:.2f} + {1000 * fit.slope_s_per_token:.3f} k, noise {100 * fit.relative_sd:.1f}%"
+        )
+
+
+def recommend_on_rig(
+    built: Rig, measurement: Measurement, identity: ServerIdentity, *, drafter: str | None, seed: int
+) -> WorkloadOnRig:
+    return recommend_for_measurement(built, measurement, identity, drafter=drafter, seed=seed)
+
+
+def _label(candidate: Candidate | None) -> str:
+    if candidate is None or candidate.off:
+        return "speculation off"
+    return f"k={candidate.num_speculative_tokens}"
+
+
+def _gain(rec: Recommendation) -> str:
+    gain = rec.gain_over_baseline
+    if gain is None or gain.predicted is None:
+        return ""
+    return (
+        f"; expected gain over the running {_label(gain.over)}: {100 * gain.predicted:+.1f}% "
+        f"({rec.confidence:.0%} {100 * (gain.predicted_low or 0):+.1f}% to {100 * (gain.predicted_high or 0):+.1f}%)"
+    )
+
+
+def print_rig_recommendation(
+    out: Console, built: Rig, path: Path | None, result: WorkloadOnRig, *, unchecked: tuple[str, ...]
+) -> None:
+    """The zero-restart recommendation, one line per concurrency level, and how far it extrapolates."""
+    fit = result.fit
+    out.print(f"\n[bold]rig[/bold] {path or ''}: {describe_rig(built)}")
+    if unchecked:
+        hint = " (pass --server-args to check them)" if "server_args" in unchecked else ""
+        out.print(f"  unchecked against the running server: {', '.join(unchecked)}{hint}")
+    measured = ", ".join(f"{p.per_position:.3f}" for p in fit.positions)
+    out.print(
+        f"[bold]{result.workload}[/bold] measured at the running k={fit.measured_positions}: S_1..S_"
+        f"{fit.measured_positions} = {measured}; acceptance past it from the {fit.chosen} decay fit"
+    )
+    for item in result.recommendations:
+        rec = item.recommendation
+        running = (
+            f"; running {_label(item.running)} measured {item.running_tokens_per_s:.1f} tok/s"
+            if (item.running_tokens_per_s)
+            else ""
+        )
+        out.print(
+            f"  concurrency {rec.concurrency}: recommended {_label(rec.choice)}  {rec.tokens_per_s:.1f} tok/s "
+            "predicted "
+            f"({rec.confidence:.0%} {rec.tokens_per_s_low:.1f}-{rec.tokens_per_s_high:.1f}){running}{_gain(rec)}"
+        )
+        if rec.tie_rule_applied:
+            out.print(
+                f"    {_label(rec.highest_predicted)} predicts more, but not clearly: the smaller k is recommended"
+            )
+        if item.extrapolated_positions:
+            first, last = item.extrapolated_positions[0], item.extrapolated_positions[-1]
+            span = f"position {first}" if first == last else f"positions {first}..{last}"
+            out.print(
+                f"    extrapolated: {span} of {_label(rec.choice)} come from the fitted {item.acceptance_model} decay "
+                f"model (measured up to {item.measured_positions}); measure at k={rec.choice.num_speculative_tokens} "
+                "to confirm"
+            )
+        elif item.measured_positions < item.k_max:
+            out.print(
+                f"    k={item.measured_positions + 1}..{item.k_max} were ranked on extrapolated acceptance "
+                f"({item.acceptance_model} decay model); the recommendation itself needs none"
+            )
+        if item.step_time_extrapolated:
+            out.print("    its step time is the rig's line, not a measured point")
+
+
+def print_rig_study(out: Console, result: RigStudyOutcome, path: Path) -> None:
+    """What study --rig measured, why, and the recommendation per workload."""
+    out.print(
+        f"\n{result.server_starts} server start(s) this run: "
+        + "; ".join(f"{_plan_label(p.params)} ({p.reason})" for p in result.plan)
+    )
+    for note in result.notes:
+        out.print(f"  {note}")
+    for item in result.results:
+        print_rig_recommendation(out, result.rig, path, item, unchecked=result.unchecked)
+    if result.check is not None:
+        out.print(f"\n[bold]check[/bold] of the predicted optimum k={result.check.num_speculative_tokens}:")
+        for workload, level, predicted, measured in result.check.rows:
+            shown = (
+                f"{measured:.1f} measured ({100 * (measured / predicted - 1):+.1f}%)" if measured else "not measured"
+            )
+            out.print(f"  {workload} at concurrency {level}: {predicted:.1f} tok/s predicted, {shown}")
+
+
+def _plan_label(params: dict) -> str:
+    k = int(params.get("num_speculative_tokens") or 0)
+    return f"k={k}" if k else "speculation off"

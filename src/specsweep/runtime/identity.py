@@ -1,0 +1,98 @@
+"""What a running server says about itself: engine, version, served model, a few facts.
+
+- vLLM: ``/version`` ({"version"}) and ``/v1/models``.
+- The emulator: vLLM's ``/version`` plus {"emulator": {"profile", "time_scale"}}.
+- llama.cpp: ``/props`` (``build_info``, ``model_path``, ``total_slots``, the context size) and
+  ``/v1/models``; it has no ``/version``.
+- SGLang: ``/get_server_info`` (``version``) and ``/v1/models``.
+
+The command line a server was started with cannot be read over HTTP: it stays unknown here.
+Nothing raises: what cannot be read is None.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerIdentity:
+    """A running server's self-description (None where it says nothing)."""
+
+    engine: str | None
+    engine_version: str | None
+    model: str | None
+    facts: dict[str, Any] = field(default_factory=dict)
+    time_scale: float = 1.0  # the emulator's: its rates are this many times the modelled hardware's
+
+
+def model_name(engine: str | None, served: str | None) -> str | None:
+    """The model as a rig compares it: llama.cpp serves a file path, of which the file name counts."""
+    if served is None:
+        return None
+    if engine == "llama.cpp" or served.endswith(".gguf"):
+        return served.rstrip("/").rsplit("/", 1)[-1]
+    return served
+
+
+async def _get_json(http: httpx.AsyncClient, path: str) -> Any:
+    try:
+        response = await http.get(path, timeout=10.0)
+        return response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+async def read_identity(http: httpx.AsyncClient, engine: str | None) -> ServerIdentity:
+    """The identity of the server behind ``http`` (``engine`` as detected from /metrics, or None)."""
+    models = await _get_json(http, "/v1/models")
+    served = None
+    with contextlib.suppress(TypeError, KeyError, IndexError):
+        served = str(models["data"][0]["id"])
+    facts: dict[str, Any] = {}
+    version = None
+    time_scale = 1.0
+    if engine in (None, "vllm", "emulator"):
+        answer = await _get_json(http, "/version")
+        if isinstance(answer, dict) and "version" in answer:
+            version = str(answer["version"])
+            emulated = answer.get("emulator")
+            if isinstance(emulated, dict):
+                engine = "emulator"
+                facts["profile"] = emulated.get("profile")
+                time_scale = float(emulated.get("time_scale") or 1.0)
+            else:
+                engine = engine or "vllm"
+    if engine in (None, "llama.cpp"):
+        props = await _get_json(http, "/props")
+        if isinstance(props, dict) and "build_info" in props:
+            engine = "llama.cpp"
+            version = str(props["build_info"])
+            served = served or props.get("model_path")
+            settings = props.get("default_generation_settings") or {}
+            if "n_ctx" in settings:
+                facts["n_ctx"] = int(settings["n_ctx"])
+            if "total_slots" in props:
+                facts["total_slots"] = int(props["total_slots"])
+    if engine == "sglang":
+        info = await _get_json(http, "/get_server_info")
+        if isinstance(info, dict) and "version" in info:
+            version = str(info["version"])
+    return ServerIdentity(
+        engine=engine, engine_version=version, model=model_name(engine, served), facts=facts, time_scale=time_scale
+    )
+
+
+def read_server_identity(url: str, engine: str | None = None) -> ServerIdentity:
+    """Synchronous entry point for the layers above."""
+
+    async def run() -> ServerIdentity:
+        async with httpx.AsyncClient(base_url=url.rstrip("/")) as http:
+            return await read_identity(http, engine)
+
+    return asyncio.run(run())
