@@ -25,8 +25,8 @@ from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import EngineInfo, engine_info
 from specsweep.errors import ConfigError, LaunchError, SpecsweepError
 from specsweep.runtime.client import api_key_from_env
-from specsweep.runtime.lease import reclaim_leases
 from specsweep.runtime.identity import read_server_identity
+from specsweep.runtime.lease import reclaim_leases
 from specsweep.runtime.measure import Measurement, MeasureSettings, run_measure
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
 from specsweep.runtime.trial_server import TrialServer
