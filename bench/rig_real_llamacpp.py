@@ -1,7 +1,7 @@
 """Zero-restart recommendations on real llama-server (Gemma 3 270M) against an exhaustive sweep.
 
     source ~/.cache/specsweep/real-engines.env
-    python bench/rig_real_llamacpp.py [--k-max 6] [--requests 6] [--max-tokens 160] [--running-k 2]
+    python bench/rig_real_llamacpp.py [--k-max 5] [--requests 5] [--max-tokens 128] [--running-k 4] [--folder DIR]
 
 1. An exhaustive sweep: one real study, grid over speculation off and n-gram drafting
    (``--spec-type ngram-simple``, lookup 3) at k = 1..K, restarting llama-server per
@@ -60,7 +60,7 @@ def sweep(folder: Path, args: argparse.Namespace):
     }  # fmt: skip
     config = parse_study_config(data)
     paths = study_paths(config, folder)
-    outcome = StudyRunner(config, paths).run()
+    outcome = StudyRunner(config, paths, resume=(paths.folder / "study.db").exists()).run()
     return config, paths, outcome.study
 
 
@@ -69,11 +69,12 @@ def main() -> None:
     parser.add_argument("--k-max", type=int, default=6)
     parser.add_argument("--requests", type=int, default=6)
     parser.add_argument("--max-tokens", type=int, default=160)
-    parser.add_argument("--running-k", type=int, default=2, help="The k the 'running' server uses.")
+    parser.add_argument("--running-k", type=int, default=4, help="The k the 'running' server uses.")
+    parser.add_argument("--folder", type=Path, help="Reuse (or keep) the sweep in this folder.")
     parser.add_argument("--server", default=os.environ.get("SPECSWEEP_LLAMA_SERVER", "llama-server"))
     parser.add_argument("--target", default=os.environ.get("SPECSWEEP_GEMMA_TARGET"))
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="specsweep-rig-llama-"))
+    folder = args.folder or Path(tempfile.mkdtemp(prefix="specsweep-rig-llama-"))
     started = time.monotonic()
     config, paths, study = sweep(folder, args)
     rates: dict[str, dict[int, float]] = {}

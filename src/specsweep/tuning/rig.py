@@ -77,7 +77,7 @@ def level_timings(
             concurrency=concurrency,
             drafter=candidate.drafter,
             output_tokens_per_s=None if not rate else rate / time_scale,
-            tokens_per_step=acceptance.get("mean_acceptance_length"),
+            tokens_per_step=tokens_per_step(acceptance, records),
             completion_tokens=[float(r["completion_tokens"]) for r in records],
             decode_spans_s=spans,
             prompt_tokens=[float(r["prompt_tokens"]) for r in records if r.get("prompt_tokens")],
@@ -87,6 +87,25 @@ def level_timings(
         if timing is not None:
             out.append(timing)
     return out
+
+
+def tokens_per_step(acceptance: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> float | None:
+    """Tokens per decode step over every step, drafted or not.
+
+    The counters' mean acceptance length, 1 + accepted / drafts, is per drafting step. Drafters
+    that draft only sometimes (n-gram lookup drafts where the text repeats) leave other steps
+    undrafted; each step emits one token plus its accepted drafts, so the requests' M - 1 decode
+    tokens took (M - 1) - accepted steps in all.
+    """
+    length, drafts = acceptance.get("mean_acceptance_length"), acceptance.get("num_drafts")
+    if not length or not drafts:
+        return None
+    accepted = (float(length) - 1.0) * float(drafts)
+    decode = sum(float(r["completion_tokens"]) - 1.0 for r in records)
+    steps = decode - accepted
+    if steps <= 0 or steps < float(drafts) * 0.999:
+        return float(length)  # every step drafted (or counts from another window): the counters' own
+    return decode / steps
 
 
 def measured_timings(measurement: Measurement, running: Candidate, *, time_scale: float) -> list[LevelTiming]:
@@ -268,7 +287,11 @@ class WorkloadOnRig:
 def acceptance_from_levels(
     levels: Sequence[tuple[float, Sequence[float]]], *, k_max: int, seed: int = 0
 ) -> AcceptanceFit:
-    """One fit from (num_drafts, accepted per position) of several levels (acceptance does not depend on B)."""
+    """One fit from (steps, accepted per position) of several levels (acceptance does not depend on B).
+
+    Pass every decode step as the first number (``decode_steps``), not only the drafting ones:
+    S_i is then per step, and E(k) = 1 + S_1 + ... + S_k holds for a drafter that drafts only
+    sometimes too (its undrafted steps accept nothing at every position)."""
     usable = [(n, list(c)) for n, c in levels if n and c]
     if not usable:
         raise FitError(
@@ -313,8 +336,12 @@ def recommend_for_measurement(
 ) -> WorkloadOnRig:
     """What the rig recommends for a workload measured on the running server at its current k."""
     chosen = rig_drafter(rig, drafter)
+    running_levels = {lv.concurrency: lv for lv in measured_timings(measurement, _placeholder(rig), time_scale=1.0)}
     counts = [
-        (level.delta.num_drafts or 0.0, level.delta.accepted_per_position or ())
+        (
+            decode_steps(level.delta.num_drafts or 0.0, running_levels.get(level.summary.concurrency)),
+            level.delta.accepted_per_position or (),
+        )
         for level in measurement.levels
         if level.delta is not None
     ]
@@ -329,3 +356,14 @@ def recommend_for_measurement(
     running = Candidate(drafter=chosen, num_speculative_tokens=depth)
     levels = measured_timings(measurement, running, time_scale=identity.time_scale)
     return recommend_for_workload(rig, workload=measurement.workload, drafter=chosen, fit=fit, levels=levels, seed=seed)
+
+
+def decode_steps(num_drafts: float, level: LevelTiming | None) -> float:
+    """Every decode step of a level: its drafting steps, or more when some steps drafted nothing."""
+    if level is None or not num_drafts:
+        return num_drafts
+    return max(num_drafts, level.requests * (level.completion_tokens - 1.0) / level.tokens_per_step)
+
+
+def _placeholder(rig: Rig) -> Candidate:
+    return Candidate(drafter=rig.drafters[0] if rig.drafters else None, num_speculative_tokens=1)

@@ -35,6 +35,7 @@ from specsweep.tuning.rig import (
     RIG_FILE,
     WorkloadOnRig,
     acceptance_from_levels,
+    decode_steps,
     study_level_timings,
     template_server_args,
     write_rig,
@@ -216,8 +217,12 @@ def _recommend(
         ]
         if not at_top:
             continue
-        rows = study.trials[at_top[0].trial].user_attrs.get("results", {}).get(workload, {}).values()
-        counts = [(r.get("num_drafts") or 0.0, r.get("accepted_per_position") or ()) for r in rows]
+        rows = study.trials[at_top[0].trial].user_attrs.get("results", {}).get(workload, {})
+        by_level = {lv.concurrency: lv for lv in at_top}
+        counts = [
+            (decode_steps(r.get("num_drafts") or 0.0, by_level.get(int(b))), r.get("accepted_per_position") or ())
+            for b, r in rows.items()
+        ]
         fit = acceptance_from_levels(counts, k_max=high, seed=config.seed)
         timing = workload_timing(workload, at_top)
         recs = recommend_with_rig(rig, {drafter: fit}, timing, k_max=high, seed=config.seed)
