@@ -33,6 +33,7 @@ def llama_argv(engines, port: int | str) -> list[str]:
 NGRAM = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "4"]
 
 
+@pytest.mark.timeout(900)  # a real llama-server study and a measurement: 45 s idle, far more when loaded
 def test_measure_with_a_real_rig_recommends_and_refuses_other_flags(real_engines, tmp_path: Path) -> None:
     data = {
         "study": {"name": "llama-rig", "sampler": "grid", "max_consecutive_failures": 2},

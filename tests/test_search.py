@@ -237,12 +237,12 @@ temperature = 0.6
     assert stop and "by more than the measured noise" in stop.group(1), out
     restarts = int(stop.group(2))
     assert restarts < 11
-    match = re.search(r"recommended for objective concurrency 1: k=(\d+) (\w+)", out)
+    match = re.search(r"prose at concurrency 1: k=(\d+) dspark (\w+), ", out)  # the recommendation
     assert match, out
     assert (int(match.group(1)), match.group(2)) == true_best("prose", 1, 5), out
     snippet = re.search(r"--speculative-config '(.+)'", out)
     assert json.loads(snippet.group(1))["num_speculative_tokens"] == int(match.group(1))
-    assert elapsed < 120, elapsed
+    assert elapsed < 180, elapsed  # about 70 s on 2 idle cores
 
 
 @pytest.mark.parametrize("sampler", ["grid", "tpe", "random"])
