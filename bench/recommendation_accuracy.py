@@ -19,9 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from specsweep.cli.emulate import _workload_prompt_tokens
 from specsweep.config import EmulatorServer, MeasureConfig, Objective, SearchSpace, ServerConfig, StudyConfig
-from specsweep.emulator.model import acceptance_curve, compute_truth
+from specsweep.emulator.model import acceptance_curve, compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import bundled_profile_names, load_profile
 from specsweep.engines.vllm import METHODS_NEEDING_MODEL, validate_speculative_config
 from specsweep.tuning.recommend import analyze_stored_study
@@ -48,7 +47,7 @@ def spec(method: str, k: int):
 
 def true_best(profile_name: str, k_max: int) -> dict[tuple[str, int], tuple[int, dict[int, float]]]:
     profile = load_profile(profile_name)
-    prompts = {w: _workload_prompt_tokens(w) for w in WORKLOADS}
+    prompts = {w: workload_prompt_tokens(w) for w in WORKLOADS}
     rates: dict[tuple[str, int], dict[int, float]] = {}
     for k in range(0, k_max + 1):
         config = spec(profile.methods[0], k) if k else None

@@ -25,9 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from specsweep.cli.emulate import _workload_prompt_tokens
 from specsweep.config import EmulatorServer, MeasureConfig, Objective, SearchSpace, ServerConfig, StudyConfig
-from specsweep.emulator.model import compute_truth
+from specsweep.emulator.model import compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import bundled_profile_names, load_profile
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.runtime.identity import read_server_identity
@@ -69,7 +68,7 @@ def spec(method: str, k: int):
 def true_rates(profile_name: str, k_max: int) -> dict[int, dict[int, float]]:
     """concurrency -> k -> true closed-loop output tok/s of the new workload."""
     profile = load_profile(profile_name)
-    prompts = {NEW_WORKLOAD: _workload_prompt_tokens(NEW_WORKLOAD)}
+    prompts = {NEW_WORKLOAD: workload_prompt_tokens(NEW_WORKLOAD)}
     rates: dict[int, dict[int, float]] = {}
     for k in range(0, k_max + 1):
         config = spec(profile.methods[0], k) if k else None

@@ -50,9 +50,8 @@ import numpy as np
 import optuna
 
 from specsweep.analysis.acceptance import expected_tokens_per_step
-from specsweep.cli.emulate import _workload_prompt_tokens
 from specsweep.config import SearchSpace
-from specsweep.emulator.model import compute_truth
+from specsweep.emulator.model import compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import Profile, load_profile
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.tuning.space import Space, build_space, config_key
@@ -105,7 +104,7 @@ def build_case(profile: Profile, workload: str, concurrency: int) -> Case:
         engine_has_draft_sample_method=True,
     )
     levels = tuple(sorted({1, concurrency}))
-    prompts = {name: _workload_prompt_tokens(name) for name in profile.classes}
+    prompts = {name: workload_prompt_tokens(name) for name in profile.classes}
     truth, curve, params = {}, {}, {}
     for p in space.distinct_params():
         spec = space.config_from_params(p)

@@ -11,12 +11,10 @@ import typer
 
 from specsweep.config import parse_concurrency
 from specsweep.emulator.boot import EmulatorSettings, run_emulator
-from specsweep.emulator.content import count_tokens
-from specsweep.emulator.model import DEFAULT_PROMPT_TOKENS, compute_truth
+from specsweep.emulator.model import compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import DEFAULT_PROFILE, bundled_profile_names, load_profile
 from specsweep.engines.vllm import parse_speculative_config
 from specsweep.errors import ConfigError
-from specsweep.workload import bundled_workload_names, load_workload, new_nonce
 
 
 def emulate(
@@ -100,7 +98,7 @@ def emulate(
     if print_truth:
         levels = parse_concurrency(concurrency)
         temp = rig.reference_temperature if temperature is None else temperature
-        prompts = {name: prompt_tokens or _workload_prompt_tokens(name) for name in rig.classes}
+        prompts = {name: prompt_tokens or workload_prompt_tokens(name) for name in rig.classes}
         truth = compute_truth(rig, spec, temp, levels, max_tokens=max_tokens, prompt_tokens=prompts)
         json.dump({name: asdict(value) for name, value in truth.items()}, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -118,13 +116,3 @@ def emulate(
         trace_path=str(trace) if trace else None,
     )
     raise typer.Exit(run_emulator(settings))
-
-
-def _workload_prompt_tokens(content_class: str) -> int:
-    """Mean prompt tokens (the emulator's count, nonce included) of the bundled workload named
-    like the content class; the model's default when there is none."""
-    if content_class not in bundled_workload_names():
-        return DEFAULT_PROMPT_TOKENS
-    prompts = load_workload(content_class).prompts
-    counts = [count_tokens("".join(str(m.get("content") or "") for m in p.chat_messages(new_nonce()))) for p in prompts]
-    return round(sum(counts) / len(counts))

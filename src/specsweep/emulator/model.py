@@ -28,8 +28,10 @@ from specsweep.analysis.acceptance import (
     expected_tokens_per_step,
     unconditional_from_conditional,
 )
+from specsweep.emulator.content import count_tokens
 from specsweep.emulator.profile import Profile
 from specsweep.types import SpeculativeConfig
+from specsweep.workload import bundled_workload_names, load_workload, new_nonce
 
 _EPS = 1e-9
 
@@ -230,3 +232,13 @@ def closed_loop_tokens_per_s(
     # decoding; each request adds one prefill to the shared timeline.
     requests_per_step = decoding * mean_x / decode_tokens if decode_tokens else batch
     return requests_per_step * max_tokens / (mean_step_s + requests_per_step * prefill)
+
+
+def workload_prompt_tokens(content_class: str) -> int:
+    """Mean prompt tokens (the emulator's count, nonce included) of the bundled workload named
+    like the content class, as a client sends them; DEFAULT_PROMPT_TOKENS when there is none."""
+    if content_class not in bundled_workload_names():
+        return DEFAULT_PROMPT_TOKENS
+    prompts = load_workload(content_class).prompts
+    counts = [count_tokens("".join(str(m.get("content") or "") for m in p.chat_messages(new_nonce()))) for p in prompts]
+    return round(sum(counts) / len(counts))
