@@ -72,7 +72,7 @@ def test_study_sweeps_draft_length_on_real_llama_server(real_engines, tmp_path: 
     if fixed["method"] == "draft_model":
         fixed = {**fixed, "model": real_engines.draft}
     data = {
-        "study": {"name": "llama", "max_consecutive_failures": 2},
+        "study": {"name": "llama", "sampler": "grid", "max_consecutive_failures": 2},
         "server": {
             "engine": "llama.cpp",
             "mode": "process",

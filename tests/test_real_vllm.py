@@ -22,7 +22,7 @@ def test_vllm_cpu_study_sweeps_ngram_length_and_survives_a_boot_failure(real_vll
         "--max-model-len", "2048", "--dtype", "bfloat16", "{spec_args}",
     ]  # fmt: skip
     data = {
-        "study": {"name": "vllm-cpu", "max_consecutive_failures": 3},
+        "study": {"name": "vllm-cpu", "sampler": "grid", "max_consecutive_failures": 3},
         "server": {
             "engine": "vllm",
             "mode": "process",
