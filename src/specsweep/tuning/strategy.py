@@ -39,6 +39,7 @@ from typing import Any
 import optuna
 
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
+from specsweep.analysis.study import drafter_of
 from specsweep.analysis.throughput import (
     Drafter,
     StepTimeFit,
@@ -99,15 +100,6 @@ class _Measured:
     results: dict[str, Any]
 
 
-def drafter_of(space: Space, params: Mapping[str, Any], method: str) -> Drafter:
-    """The drafter a parameter set runs: the method with its opened fields, and the draft sampling."""
-    label = method
-    for name in space.open:
-        label += f" {name}={params.get(f'open.{name}')}"
-    sample = space.draft_sample_methods[0] if space.methods_collapsed else str(params["draft_sample_method"])
-    return Drafter(method=label, draft_sample_method=sample)
-
-
 def decide_next(
     trials: Sequence[optuna.trial.FrozenTrial],
     space: Space,
@@ -122,8 +114,7 @@ def decide_next(
     ``exclude``: keys not to choose, e.g. the ones that failed in this run (a failure stored
     by an earlier run is tried again, as the study loop does for every sampler).
     """
-    method = str(space.fixed.get("method", "draft"))
-    configs = _space_configs(space, method)
+    configs = _space_configs(space)
     measured, running = _read_trials(trials, configs)
     failed = set(exclude) - set(measured)
     untried = [c for c in configs.values() if c.key not in measured and c.key not in failed and c.key not in running]
@@ -225,12 +216,13 @@ def _stop(reason: str, best: _Measured | None, noise: float | None, scores: tupl
     )
 
 
-def _space_configs(space: Space, method: str) -> dict[str, _Config]:
+def _space_configs(space: Space) -> dict[str, _Config]:
     out: dict[str, _Config] = {}
     for params in space.distinct_params():
-        key = config_key(space.config_from_params(params))
+        spec = space.config_from_params(params)
+        key = config_key(spec)
         k = int(params["num_speculative_tokens"])
-        out[key] = _Config(key=key, params=params, k=k, drafter=None if k == 0 else drafter_of(space, params, method))
+        out[key] = _Config(key=key, params=params, k=k, drafter=drafter_of(spec) if k else None)
     return out
 
 
