@@ -12,8 +12,7 @@
    measured once, with ``measure --rig``'s code path.
 3. The recommended k against the sweep: its measured net tok/s over the best measured one.
 
-Passes when every recommendation is within 3% of the sweep's best. The servers run with
-``--no-repack`` (this machine's kernel refuses AMX tiles, which ggml's repacked weights use).
+Passes when every recommendation is within 3% of the sweep's best.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ FIXED = {"method": "ngram", "prompt_lookup_min": 3, "prompt_lookup_max": 3}
 
 def base_argv(server: str, target: str) -> list[str]:
     return [server, "-m", target, "--host", "127.0.0.1", "--port", "{port}", "-c", "4096", "-t", "2", "-np", "1",
-            "--metrics", "--no-webui", "--no-repack"]  # fmt: skip
+            "--metrics", "--no-webui"]  # fmt: skip
 
 
 def spec_args(k: int) -> list[str]:

@@ -98,6 +98,13 @@ class RealEngines:
     target: str
     draft: str
 
+    def server_argv(self, port: int | str, spec_args: list[str] | tuple[str, ...] = ()) -> list[str]:
+        """llama-server serving the Gemma target on 127.0.0.1, one slot, two threads, metrics on."""
+        return [
+            self.llama_server, "-m", self.target, "--host", "127.0.0.1", "--port", str(port),
+            "-c", "4096", "-t", "2", "-np", "1", "--metrics", "--no-webui", *spec_args,
+        ]  # fmt: skip
+
 
 def _cached_env(names: tuple[str, ...]) -> dict[str, str] | None:
     """Values from the environment, else from the file scripts/setup-real-engines writes; None if

@@ -23,17 +23,10 @@ from specsweep.workload import load_workload
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 
 
-def llama_argv(engines, port: int | str, spec_args: list[str]) -> list[str]:
-    return [
-        engines.llama_server, "-m", engines.target, "--host", "127.0.0.1", "--port", str(port),
-        "-c", "4096", "-t", "2", "-np", "1", "--metrics", "--no-webui", *spec_args,
-    ]  # fmt: skip
-
-
 def test_measured_acceptance_matches_the_servers_own_timings(real_engines, tmp_path: Path) -> None:
     port = free_port()
     spec_args = ["-md", real_engines.draft, "--spec-type", "draft-simple", "--spec-draft-n-max", "4"]
-    with ServerProcess(llama_argv(real_engines, port, spec_args), log_path=tmp_path / "llama.log") as server:
+    with ServerProcess(real_engines.server_argv(port, spec_args), log_path=tmp_path / "llama.log") as server:
         server.wait_ready(f"http://127.0.0.1:{port}/health", timeout_s=120)
         settings = MeasureSettings(
             endpoint=f"http://127.0.0.1:{port}", api="completions", concurrency=(1,), requests=3, warmup=1,
@@ -79,7 +72,7 @@ def test_study_sweeps_draft_length_on_real_llama_server(real_engines, tmp_path: 
             "api": "completions",
             "ready_timeout_s": 120,
             "stop_grace_s": 10,
-            "start": llama_argv(real_engines, "{port}", ["{spec_args}"]),
+            "start": real_engines.server_argv("{port}", ["{spec_args}"]),
         },
         "search": {"num_speculative_tokens": k_range, "fixed": fixed},
         "workloads": {"technical": 1.0},
@@ -112,7 +105,7 @@ def test_study_sweeps_draft_length_on_real_llama_server(real_engines, tmp_path: 
 def test_cli_measure_on_real_llama_server(real_engines, tmp_path: Path) -> None:
     port = free_port()
     spec_args = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "4"]
-    with ServerProcess(llama_argv(real_engines, port, spec_args), log_path=tmp_path / "llama.log") as server:
+    with ServerProcess(real_engines.server_argv(port, spec_args), log_path=tmp_path / "llama.log") as server:
         server.wait_ready(f"http://127.0.0.1:{port}/health", timeout_s=120)
         result = subprocess.run(
             [sys.executable, "-m", "specsweep", "measure", "--endpoint", f"http://127.0.0.1:{port}",

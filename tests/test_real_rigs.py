@@ -22,14 +22,6 @@ from specsweep.tuning.study import StudyRunner, study_paths
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 
 
-def llama_argv(engines, port: int | str) -> list[str]:
-    # --no-repack: some kernels refuse the AMX tiles that ggml's repacked CPU weights use (SIGILL at load).
-    return [
-        engines.llama_server, "-m", engines.target, "--host", "127.0.0.1", "--port", str(port),
-        "-c", "4096", "-t", "2", "-np", "1", "--metrics", "--no-webui", "--no-repack",
-    ]  # fmt: skip
-
-
 NGRAM = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "4"]
 
 
@@ -38,7 +30,7 @@ def test_measure_with_a_real_rig_recommends_and_refuses_other_flags(real_engines
     data = {
         "study": {"name": "llama-rig", "sampler": "grid", "max_consecutive_failures": 2},
         "server": {"engine": "llama.cpp", "mode": "process", "api": "completions", "ready_timeout_s": 120,
-                   "stop_grace_s": 10, "start": [*llama_argv(real_engines, "{port}"), "{spec_args}"]},
+                   "stop_grace_s": 10, "start": [*real_engines.server_argv("{port}"), "{spec_args}"]},
         "search": {"num_speculative_tokens": [2, 4], "fixed": {"method": "ngram", "prompt_lookup_min": 3}},
         "workloads": {"prose": 1.0},
         "measure": {"concurrency": [1], "requests": 2, "warmup": 1, "max_tokens": 64, "temperature": 0.0},
@@ -60,7 +52,7 @@ def test_measure_with_a_real_rig_recommends_and_refuses_other_flags(real_engines
     assert all(lv["decode_step_time_s"] > 0 for lv in stored["levels"])
 
     port = free_port()
-    argv = llama_argv(real_engines, port) + NGRAM
+    argv = real_engines.server_argv(port) + NGRAM
     with ServerProcess(argv, log_path=tmp_path / "running.log") as server:
         url = f"http://127.0.0.1:{port}"
         server.wait_ready(url + "/health", timeout_s=120)

@@ -165,6 +165,53 @@ def test_a_rig_from_prose_recommends_the_true_best_k_for_technical_from_one_runn
     assert result.measured_positions == 3 and result.extrapolated_positions == ()
 
 
+NGRAM = Drafter(method="ngram", draft_sample_method="greedy")
+
+
+def partial_drafter_level(k: int, share: float, accept, *, workload: str) -> LevelTiming:
+    """One level of a drafter that drafts at a share of steps and nothing below k = 3, from first
+    principles: a drafted step costs T0 (1 + 0.3 k), a plain one T0; a draft's position i is
+    accepted with probability accept(i); 0.5 s of overhead per 128-token request, one stream."""
+    t0, m, overhead = 0.020, 128.0, 0.5
+    q = share if k >= 3 else 0.0
+    e = 1.0 + q * sum(accept(i) for i in range(1, k + 1))
+    step = (1.0 - q) * t0 + q * t0 * (1.0 + 0.3 * k)
+    span = (m - 1.0) / e * step
+    return LevelTiming(
+        num_speculative_tokens=k, concurrency=1, drafter=NGRAM if k else None,
+        output_tokens_per_s=m / (overhead + span), tokens_per_step=e, completion_tokens=m, decode_span_s=span,
+        prompt_tokens=300.0, requests=8, workload=workload, draft_share=q if k else None,
+    )  # fmt: skip
+
+
+def test_a_drafter_that_drafts_at_some_steps_only_carries_its_share_across_k() -> None:
+    """The rig's workload drafts at 40% of steps, the new one at 70%; neither drafts below k = 3.
+    From one measurement at k = 5, every k's rate must come out as the generating model has it."""
+    from specsweep.analysis.fits import fit_acceptance
+
+    rig = fit_rig(
+        [partial_drafter_level(k, 0.4, lambda i: 0.8**i, workload="prose") for k in range(6)],
+        identity=IDENTITY, shape=SHAPE,
+    )  # fmt: skip
+    truth = {k: partial_drafter_level(k, 0.7, lambda i: 0.85**i, workload="technical") for k in range(6)}
+    running = truth[5]
+    steps = 50000.0  # per-step acceptance: undrafted steps accept nothing
+    fit = fit_acceptance(num_drafts=steps, accepted_per_position=[0.7 * 0.85**i * steps for i in range(1, 6)], k_max=5)
+    timing = WorkloadTiming(
+        workload="technical", overhead_s={1: running.request_overhead_s}, completion_tokens={1: 128.0},
+        measured={1: (Candidate(drafter=NGRAM, num_speculative_tokens=5), running.output_tokens_per_s)},
+        draft_share={1: 0.7},
+    )  # fmt: skip
+    (result,) = recommend_with_rig(rig, {NGRAM: fit}, timing, k_max=5)
+    predicted = {row.candidate.num_speculative_tokens: row.tokens_per_s for row in result.recommendation.candidates}
+    for k, level in truth.items():
+        assert predicted[k] == pytest.approx(level.output_tokens_per_s, rel=0.005), k
+    # k = 1 and 2 draft nothing: as slow as speculation off, not sped up by S_1 and S_2
+    assert predicted[2] == pytest.approx(predicted[0], rel=0.005)
+    best = max(truth, key=lambda k: truth[k].output_tokens_per_s)
+    assert best == 4 and result.recommendation.highest_predicted.num_speculative_tokens == best
+
+
 # -- on the emulator, end to end -------------------------------------------------------------
 
 STUDY = """
@@ -271,3 +318,23 @@ def test_study_refuses_a_rig_measured_under_other_flags(prose_rig: Path) -> None
     assert result.returncode == 1
     assert "server_args: only the study's server has '--max-num-seqs 2'" in result.stderr
     assert not (folder / "studies" / "flags").exists() or not list((folder / "studies" / "flags").glob("logs/*"))
+
+
+def test_stored_levels_give_the_draft_share_and_keep_a_drafter_that_drafted_nothing() -> None:
+    from specsweep.tuning.rig import level_timings
+
+    def stored(acceptance, counted):
+        records = [
+            {"completion_tokens": 101, "prompt_tokens": 50, "ttft_s": 0.5, "last_token_s": 2.5, "error": None}
+        ] * 4
+        level = {"concurrency": 1, "output_tokens_per_s": 150.0, "acceptance": acceptance, "counted_drafts": counted,
+                 "records": records}  # fmt: skip
+        return {"workload": "prose", "levels": [level]}
+
+    ngram = validate_speculative_config({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3})
+    (none,) = level_timings(stored(None, 0.0), ngram)  # counters ran, nothing drafted
+    assert none.tokens_per_step == 1.0 and none.draft_share == 0.0 and none.drafter is not None
+    assert level_timings(stored(None, None), ngram) == []  # no counters: nothing to say about its steps
+    # 400 decode tokens, 100 drafts accepting 1 token each: 300 steps, a third of them drafted
+    (some,) = level_timings(stored({"mean_acceptance_length": 2.0, "num_drafts": 100}, 100.0), ngram)
+    assert some.tokens_per_step == pytest.approx(400 / 300) and some.draft_share == pytest.approx(100 / 300)

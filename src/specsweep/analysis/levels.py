@@ -68,6 +68,9 @@ class LevelSummary:
     acceptance: AcceptanceSummary | None  # from server counters over the window
     client_acceptance: ClientAcceptance | None  # from per-request fields (llama.cpp, SGLang)
     gauge_accept_length: float | None  # SGLang's accept-length gauge after the level
+    # drafts the server's counters counted over the window: 0 when a drafter drafted nothing
+    # (acceptance is then None), None when the server has no draft counters
+    counted_drafts: float | None = None
 
 
 def spread(values: Sequence[float]) -> Spread | None:
@@ -142,6 +145,7 @@ def summarize_level(
         acceptance=acceptance,
         client_acceptance=client_acceptance(ok),
         gauge_accept_length=gauge_accept_length,
+        counted_drafts=delta.num_drafts if delta is not None else None,
     )
 
 

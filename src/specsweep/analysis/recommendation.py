@@ -95,9 +95,15 @@ def recommend_draft_length(
     draws: int = 400,
     seed: int = 0,
     equivalence: float = 0.02,
+    acceptance_scale: Mapping[Drafter, Mapping[int, float]] | None = None,
 ) -> Recommendation:
-    """Best k and drafter for one workload at one measured concurrency (see the module doc)."""
-    sample = sample_rates(model, acceptance, concurrency=concurrency, k_max=k_max, draws=draws, seed=seed)
+    """Best k and drafter for one workload at one measured concurrency (see the module doc).
+
+    ``acceptance_scale``: see sample_rates."""
+    sample = sample_rates(
+        model, acceptance, concurrency=concurrency, k_max=k_max, draws=draws, seed=seed,
+        acceptance_scale=acceptance_scale,
+    )  # fmt: skip
     best = int(np.argmax(sample.tokens_per_s))
     shortfall = sample.draws[:, best : best + 1] - sample.draws
     shortfall_point = sample.tokens_per_s[best] - sample.tokens_per_s

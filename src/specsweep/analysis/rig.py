@@ -16,6 +16,15 @@ A workload W with acceptance E_W(k) and overhead c_W then runs at
 R_W(k, B) = B * M_W / (c_W + (M_W - 1) * T(k, B) / E_W(k)). Its c_W comes from a measurement
 of W at the server's current k (no restart): the overhead hardly depends on k.
 
+Drafters that draft only at some steps (n-gram lookup drafts where the text repeats itself)
+carry a draft share q: drafts per decode step. How often a draft is found depends on the text;
+how that changes with k is the drafter's (llama.cpp's ngram-simple drafts nothing while its
+draft length is below its lookup length). With the rig's shares q(k) on its own workloads and
+W's share q_W at the running k0, W at k drafts at q_W(k) = q_W * q(k) / q(k0), its per-step
+acceptance scales by q(k) / q(k0), and its step time mixes drafted and plain steps:
+T_W(k) = T_0 + (T(k) - T_0) * q_W(k) / q(k) with T_0 the step time with speculation off. A
+drafter that drafts at every step has q = 1 throughout and none of this changes anything.
+
 Pure: records, fits and comparisons; the rig file's reading and writing live in tuning/rig.py.
 """
 
@@ -66,6 +75,7 @@ class LevelTiming:
     requests: int
     workload: str = ""
     trial: int | None = None
+    draft_share: float | None = None  # drafts per decode step (None: off, or not known)
 
     @property
     def request_time_s(self) -> float:
@@ -93,12 +103,17 @@ def level_timing(
     prompt_tokens: Sequence[float],
     workload: str = "",
     trial: int | None = None,
+    draft_share: float | None = None,
 ) -> LevelTiming | None:
     """A level's timing from its successful requests; None when it cannot give one (no tokens,
-    one-token answers, or drafting without acceptance counts)."""
+    one-token answers, or drafting without acceptance counts).
+
+    ``draft_share`` 0 says the counters ran and the drafter drafted nothing: then E = 1."""
     if not output_tokens_per_s or output_tokens_per_s <= 0 or not completion_tokens or not decode_spans_s:
         return None
     off = num_speculative_tokens == 0 or drafter is None
+    if not off and draft_share == 0:
+        tokens_per_step = 1.0
     if not off and not tokens_per_step:
         return None
     mean_m = sum(completion_tokens) / len(completion_tokens)
@@ -117,6 +132,7 @@ def level_timing(
         requests=len(completion_tokens),
         workload=workload,
         trial=trial,
+        draft_share=None if off or draft_share is None else min(max(float(draft_share), 0.0), 1.0),
     )
 
 
@@ -164,6 +180,35 @@ class Rig:
     def has_off(self, concurrency: int) -> bool:
         return any(lv.drafter is None and lv.concurrency == concurrency for lv in self.levels)
 
+    def draft_share(self, drafter: Drafter, k: int, concurrency: int) -> float:
+        """q(k): drafts per decode step on the rig's workloads (1 where not known).
+
+        Mean over the rig's levels at k, weighted by requests; between measured k's linear, beyond
+        them the nearest one's."""
+        points: dict[int, list[tuple[float, float]]] = {}
+        for lv in self.levels:
+            if lv.drafter == drafter and lv.concurrency == concurrency:
+                share = 1.0 if lv.draft_share is None else lv.draft_share
+                points.setdefault(lv.num_speculative_tokens, []).append((share, float(lv.requests)))
+        if not points:
+            return 1.0
+        ks = sorted(points)
+        values = [sum(q * w for q, w in points[j]) / sum(w for _, w in points[j]) for j in ks]
+        if k <= ks[0]:
+            return values[0]
+        if k >= ks[-1]:
+            return values[-1]
+        upper = next(i for i, j in enumerate(ks) if j >= k)
+        k0, k1, q0, q1 = ks[upper - 1], ks[upper], values[upper - 1], values[upper]
+        return q0 + (q1 - q0) * (k - k0) / (k1 - k0)
+
+    def acceptance_scale(self, drafter: Drafter, running_k: int, concurrency: int, k_max: int) -> dict[int, float]:
+        """q(k) / q(k0) for k = 1..k_max: how W's per-step acceptance measured at k0 carries to k."""
+        at_running = self.draft_share(drafter, running_k, concurrency)
+        if at_running <= 0:
+            return {}  # the rig never saw this drafter draft at k0: nothing to scale by
+        return {k: self.draft_share(drafter, k, concurrency) / at_running for k in range(1, k_max + 1)}
+
 
 def fit_rig(levels: Sequence[LevelTiming], *, identity: RigIdentity, shape: RequestShape) -> Rig:
     """The rig's step-time model from measured levels of any workloads (FitError when none is usable)."""
@@ -194,6 +239,7 @@ class WorkloadTiming:
     overhead_s: dict[int, float]  # concurrency -> c_W
     completion_tokens: dict[int, float]  # concurrency -> M_W
     measured: dict[int, tuple[Candidate, float]]  # concurrency -> (running configuration, its measured rate)
+    draft_share: dict[int, float] = field(default_factory=dict)  # concurrency -> q_W at the running k
 
 
 def workload_timing(workload: str, levels: Sequence[LevelTiming]) -> WorkloadTiming:
@@ -201,17 +247,28 @@ def workload_timing(workload: str, levels: Sequence[LevelTiming]) -> WorkloadTim
     overhead: dict[int, list[float]] = {}
     completion: dict[int, list[float]] = {}
     measured: dict[int, tuple[Candidate, float]] = {}
+    shares: dict[int, float] = {}
     for lv in levels:
         overhead.setdefault(lv.concurrency, []).append(lv.request_overhead_s)
         completion.setdefault(lv.concurrency, []).append(lv.completion_tokens)
         candidate = Candidate(drafter=lv.drafter, num_speculative_tokens=lv.num_speculative_tokens)
         measured[lv.concurrency] = (candidate, lv.output_tokens_per_s)
+        if lv.drafter is not None and lv.draft_share is not None:
+            shares[lv.concurrency] = lv.draft_share
     return WorkloadTiming(
         workload=workload,
         overhead_s={b: sum(v) / len(v) for b, v in overhead.items()},
         completion_tokens={b: sum(v) / len(v) for b, v in completion.items()},
         measured=measured,
+        draft_share=shares,
     )
+
+
+def running_draft_length(timing: WorkloadTiming, concurrency: int) -> int | None:
+    running = timing.measured.get(concurrency)
+    if running is None or running[0].off:
+        return None
+    return running[0].num_speculative_tokens
 
 
 def workload_model(rig: Rig, acceptance: Mapping[Drafter, Sequence[float]], timing: WorkloadTiming) -> ThroughputModel:
@@ -219,7 +276,8 @@ def workload_model(rig: Rig, acceptance: Mapping[Drafter, Sequence[float]], timi
 
     Only levels at a concurrency the workload was measured at, and of drafters it has
     acceptance for (plus speculation off), are kept. The observations carry no workload name, so
-    nothing in the model counts as a measured rate of this workload.
+    nothing in the model counts as a measured rate of this workload. Draft shares (module doc)
+    carry W's per-step acceptance and step time from its running k to the rig's k's.
     """
     observations = []
     for lv in rig.levels:
@@ -227,16 +285,18 @@ def workload_model(rig: Rig, acceptance: Mapping[Drafter, Sequence[float]], timi
         m = timing.completion_tokens.get(lv.concurrency)
         if c is None or m is None:
             continue
+        step = lv.decode_step_time_s
         if lv.drafter is None:
             e = 1.0
         elif lv.drafter in acceptance:
             curve = list(acceptance[lv.drafter])
             if len(curve) < lv.num_speculative_tokens:
                 continue
-            e = 1.0 + sum(curve[: lv.num_speculative_tokens])
+            scale, step = _shared_step(rig, lv, timing)
+            e = 1.0 + scale * sum(curve[: lv.num_speculative_tokens])
         else:
             continue
-        rate = lv.concurrency * m / (c + (m - 1.0) * lv.decode_step_time_s / e)
+        rate = lv.concurrency * m / (c + (m - 1.0) * step / e)
         observations.append(
             ThroughputObservation(
                 num_speculative_tokens=lv.num_speculative_tokens,
@@ -253,6 +313,31 @@ def workload_model(rig: Rig, acceptance: Mapping[Drafter, Sequence[float]], timi
             f"{timing.workload}; measure at the rig's levels {list(rig.concurrency_levels)}."
         )
     return fit_throughput_model(observations)
+
+
+def workload_acceptance_scale(
+    rig: Rig, drafter: Drafter, timing: WorkloadTiming, concurrency: int, k_max: int
+) -> dict[int, float]:
+    """q(k) / q(k0) per k for the workload at one concurrency ({} when nothing scales)."""
+    running = running_draft_length(timing, concurrency)
+    if running is None:
+        return {}
+    return rig.acceptance_scale(drafter, running, concurrency, k_max)
+
+
+def _shared_step(rig: Rig, lv: LevelTiming, timing: WorkloadTiming) -> tuple[float, float]:
+    """(q(k) / q(k0), T_W(k)) for one of the rig's drafting levels, as the workload would run it."""
+    assert lv.drafter is not None
+    scale = workload_acceptance_scale(rig, lv.drafter, timing, lv.concurrency, lv.num_speculative_tokens)
+    factor = scale.get(lv.num_speculative_tokens, 1.0)
+    q_rig = 1.0 if lv.draft_share is None else lv.draft_share
+    q_running = timing.draft_share.get(lv.concurrency)
+    off_steps = [o.decode_step_time_s for o in rig.levels if o.drafter is None and o.concurrency == lv.concurrency]
+    if q_rig <= 0 or q_running is None or not off_steps:
+        return factor, lv.decode_step_time_s
+    t_off = sum(off_steps) / len(off_steps)
+    q_w = min(1.0, q_running * factor)
+    return factor, t_off + (lv.decode_step_time_s - t_off) * q_w / q_rig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -289,9 +374,10 @@ def recommend_with_rig(
     for level in model.concurrency_levels:
         running, running_rate = timing.measured.get(level, (None, None))
         baseline = running if running is not None and not running.off else None
+        scales = {d: workload_acceptance_scale(rig, d, timing, level, top) for d in fits}
         rec = recommend_draft_length(
             model, fits, concurrency=level, workload=timing.workload, baseline=baseline, k_max=top,
-            confidence=confidence, draws=draws, seed=seed,
+            confidence=confidence, draws=draws, seed=seed, acceptance_scale={d: v for d, v in scales.items() if v},
         )  # fmt: skip
         choice = rec.choice
         fit = fits.get(choice.drafter) if choice.drafter is not None else None

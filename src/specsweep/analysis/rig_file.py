@@ -5,7 +5,7 @@
      "request_shape": {api, temperature, max_tokens, workloads: {name: {prompt_tokens, completion_tokens}}},
      "levels": [{num_speculative_tokens, concurrency, drafter, output_tokens_per_s, tokens_per_step,
                  completion_tokens, decode_span_s, prompt_tokens, requests, workload, trial,
-                 decode_step_time_s, request_overhead_s}, ...],
+                 draft_share, decode_step_time_s, request_overhead_s}, ...],
      "step_time": {"pooled_relative_sd": ..., "fits": [{concurrency, drafter, intercept_s,
                    slope_s_per_token, relative_sd, residual_df, basis, points: [...]}, ...]}}
 
@@ -62,6 +62,7 @@ def rig_to_dict(rig: Rig) -> dict[str, Any]:
                 "requests": lv.requests,
                 "workload": lv.workload,
                 "trial": lv.trial,
+                "draft_share": lv.draft_share,
                 "decode_step_time_s": lv.decode_step_time_s,
                 "request_overhead_s": lv.request_overhead_s,
             }
@@ -133,6 +134,7 @@ def rig_from_dict(data: Any, *, source: str = "the rig file") -> Rig:
                 requests=int(lv["requests"]),
                 workload=str(lv.get("workload", "")),
                 trial=lv.get("trial"),
+                draft_share=None if lv.get("draft_share") is None else float(lv["draft_share"]),
             )
             for lv in data["levels"]
         ]

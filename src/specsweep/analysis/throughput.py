@@ -330,11 +330,14 @@ def sample_rates(
     k_max: int | None = None,
     draws: int = 400,
     seed: int = 0,
+    acceptance_scale: Mapping[Drafter, Mapping[int, float]] | None = None,
 ) -> RateSample:
     """R(k) = B E_w(k) / T(k) for off and every drafter's k = 1..k_max at one measured concurrency.
 
     ``acceptance`` gives each drafter's acceptance for the workload: an AcceptanceFit, or plain
-    S_1..S_K taken as exact (no uncertainty, no extrapolation past K).
+    S_1..S_K taken as exact (no uncertainty, no extrapolation past K). ``acceptance_scale``
+    multiplies a drafter's S_1 + ... + S_k at k (a drafter that drafts at some steps only, and
+    at a share that depends on k: see analysis/rig.py); a k it does not name keeps 1.
     """
     rng = np.random.default_rng(seed)
     candidates: list[Candidate] = []
@@ -364,8 +367,10 @@ def sample_rates(
         top = s_point.size if k_max is None else min(k_max, s_point.size)
         ks = list(range(1, top + 1))
         t_draws = np.maximum(step_time_draws(fit, ks, draws=draws, rng=rng), np.reshape(floor_draws, (-1, 1)))
-        e_draws = 1.0 + np.cumsum(s_draws[:, :top], axis=1)
-        e_points = 1.0 + np.cumsum(s_point[:top])
+        scale_of = (acceptance_scale or {}).get(drafter, {})
+        scale = np.array([float(scale_of.get(k, 1.0)) for k in ks])
+        e_draws = 1.0 + np.cumsum(s_draws[:, :top], axis=1) * scale
+        e_points = 1.0 + np.cumsum(s_point[:top]) * scale
         for j, k in enumerate(ks):
             t, source = fit.step_time_s(k)
             t = max(t, floor_point)

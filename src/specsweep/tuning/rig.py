@@ -72,17 +72,19 @@ def level_timings(
         acceptance = level.get("acceptance") or {}
         concurrency = int(level["concurrency"])
         candidate = running if running is not None else candidate_of(spec, concurrency)
+        per_step = tokens_per_step(acceptance, records)
         timing = level_timing(
             num_speculative_tokens=candidate.num_speculative_tokens,
             concurrency=concurrency,
             drafter=candidate.drafter,
             output_tokens_per_s=None if not rate else rate / time_scale,
-            tokens_per_step=tokens_per_step(acceptance, records),
+            tokens_per_step=per_step,
             completion_tokens=[float(r["completion_tokens"]) for r in records],
             decode_spans_s=spans,
             prompt_tokens=[float(r["prompt_tokens"]) for r in records if r.get("prompt_tokens")],
             workload=str(measurement.get("workload", "")),
             trial=trial,
+            draft_share=draft_share(acceptance, records, per_step, level.get("counted_drafts")),
         )
         if timing is not None:
             out.append(timing)
@@ -106,6 +108,22 @@ def tokens_per_step(acceptance: Mapping[str, Any], records: Sequence[Mapping[str
     if steps <= 0 or steps < float(drafts) * 0.999:
         return float(length)  # every step drafted (or counts from another window): the counters' own
     return decode / steps
+
+
+def draft_share(
+    acceptance: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]],
+    per_step: float | None,
+    counted_drafts: float | None,
+) -> float | None:
+    """Drafts per decode step: 0 when the counters ran and counted none, None when not known."""
+    drafts = acceptance.get("num_drafts")
+    if not drafts:
+        return 0.0 if counted_drafts == 0 else None
+    decode = sum(float(r["completion_tokens"]) - 1.0 for r in records)
+    if not per_step or decode <= 0:
+        return None
+    return min(1.0, float(drafts) * per_step / decode)
 
 
 def measured_timings(measurement: Measurement, running: Candidate, *, time_scale: float) -> list[LevelTiming]:
