@@ -1,6 +1,7 @@
 """Recommended draft length against the emulator's truth, over seeded studies per bundled profile.
 
     python bench/recommendation_accuracy.py [--seeds 10] [--profiles NAME,...] [--requests 12]
+        [--workloads prose,technical] [--levels 1,4]
 
 For every bundled emulator profile and seed: a real study (the emulator as a process, restarted
 per configuration, measured over HTTP like any server) over speculation off and k = 1..K with
@@ -45,14 +46,16 @@ def spec(method: str, k: int):
     )
 
 
-def true_best(profile_name: str, k_max: int) -> dict[tuple[str, int], tuple[int, dict[int, float]]]:
+def true_best(
+    profile_name: str, k_max: int, workloads=WORKLOADS, levels=LEVELS
+) -> dict[tuple[str, int], tuple[int, dict[int, float]]]:
     profile = load_profile(profile_name)
-    prompts = {w: workload_prompt_tokens(w) for w in WORKLOADS}
+    prompts = {w: workload_prompt_tokens(w) for w in workloads}
     rates: dict[tuple[str, int], dict[int, float]] = {}
     for k in range(0, k_max + 1):
         config = spec(profile.methods[0], k) if k else None
-        truth = compute_truth(profile, config, profile.reference_temperature, LEVELS, prompt_tokens=prompts)
-        for workload in WORKLOADS:
+        truth = compute_truth(profile, config, profile.reference_temperature, levels, prompt_tokens=prompts)
+        for workload in workloads:
             for level in truth[workload].levels:
                 rates.setdefault((workload, level.concurrency), {})[k] = level.output_tokens_per_s
     return {key: (max(r, key=r.__getitem__), r) for key, r in rates.items()}
@@ -73,18 +76,18 @@ def one_study(profile_name: str, seed: int, folder: Path, args: argparse.Namespa
         ),
         search=SearchSpace(num_speculative_tokens=(1, k_max), draft_sample_method=("probabilistic",),
                            fixed=fixed_fields(profile.methods[0])),
-        workloads={w: 1.0 for w in WORKLOADS},
-        measure=MeasureConfig(concurrency=LEVELS, requests=args.requests, max_tokens=600,
+        workloads={w: 1.0 for w in args.workloads},
+        measure=MeasureConfig(concurrency=args.levels, requests=args.requests, max_tokens=600,
                               temperature=profile.reference_temperature),
-        objective=Objective(concurrency=1),
+        objective=Objective(concurrency=min(args.levels)),
     )  # fmt: skip
     runner = StudyRunner(config, study_paths(config, folder))
     outcome = runner.run()
     analysis, _, _ = analyze_stored_study(outcome.study, seed=seed)
-    truth = true_best(profile_name, k_max)
+    truth = true_best(profile_name, k_max, args.workloads, args.levels)
     rows = {}
-    for workload in WORKLOADS:
-        for level in LEVELS:
+    for workload in args.workloads:
+        for level in args.levels:
             rec = analysis.recommendation(workload, level)
             best_k, rates = truth[(workload, level)]
             chosen = rec.choice.num_speculative_tokens if rec is not None else -1
@@ -111,7 +114,11 @@ def main() -> None:
     parser.add_argument("--time-scale", type=float, default=None, help="default: per profile (TIME_SCALE)")
     parser.add_argument("--requests", type=int, default=12)
     parser.add_argument("--profiles", default=",".join(bundled_profile_names()))
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="bundled workloads, comma-separated")
+    parser.add_argument("--levels", default=",".join(map(str, LEVELS)), help="concurrency levels, comma-separated")
     args = parser.parse_args()
+    args.workloads = tuple(args.workloads.split(","))
+    args.levels = tuple(int(b) for b in args.levels.split(","))
     folder = Path(tempfile.mkdtemp(prefix="specsweep-recommend-"))
     started = time.monotonic()
     print(f"seeded emulator studies: grid over off and k=1..K (probabilistic), {args.requests} x 600-token requests "
@@ -122,8 +129,8 @@ def main() -> None:
         print(f"\nprofile {name}")
         print(f"{'workload':>10} {'conc':>5} {'true k':>7} {'chosen k per seed':>28} {'match':>6} {'tie rule':>9} "
               f"{'worst loss':>11}")  # fmt: skip
-        for workload in WORKLOADS:
-            for level in LEVELS:
+        for workload in args.workloads:
+            for level in args.levels:
                 rows = [r["rows"][(workload, level)] for r in results]
                 matches = sum(r["chosen"] == r["true"] for r in rows)
                 chosen = " ".join(str(r["chosen"]) for r in rows)

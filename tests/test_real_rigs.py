@@ -50,6 +50,11 @@ def test_measure_with_a_real_rig_recommends_and_refuses_other_flags(real_engines
     measured = {lv["num_speculative_tokens"] for lv in stored["levels"]}
     assert 0 in measured and measured - {0}, measured
     assert all(lv["decode_step_time_s"] > 0 for lv in stored["levels"])
+    # ngram-simple drafts nothing while its draft length (2) is below its lookup length (3): the
+    # counters ran and counted no draft, so the rig keeps k = 2 as a level that decodes one token per step
+    by_k = {lv["num_speculative_tokens"]: lv for lv in stored["levels"]}
+    assert by_k[2]["draft_share"] == 0.0 and by_k[2]["tokens_per_step"] == 1.0, by_k[2]
+    assert all(0.0 < by_k[k]["draft_share"] <= 1.0 for k in (3, 4) if k in by_k)
 
     port = free_port()
     argv = real_engines.server_argv(port) + NGRAM
@@ -67,5 +72,6 @@ def test_measure_with_a_real_rig_recommends_and_refuses_other_flags(real_engines
     assert "measured at the running k=4" in ok.stdout
     assert "concurrency 1: recommended " in ok.stdout and "expected gain over the running k=4" in ok.stdout
     assert "unchecked" not in ok.stdout
+    assert "on the rig this drafter drafted nothing at k=2" in ok.stdout
     assert refused.returncode == 1
     assert "server_args: only the rig has '4096', only the server has '2048'" in refused.stderr

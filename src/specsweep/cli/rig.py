@@ -106,16 +106,16 @@ def print_rig_recommendation(
     )
     shares = result.timing.draft_share
     if shares and min(shares.values()) < 0.99:
-        shown = ", ".join(f"{100 * q:.0f}% at concurrency {b}" for b, q in sorted(shares.items()))
-        out.print(f"  it drafted at {shown} of decode steps (S_i are per step); the rig carries the share to other k")
-    idle = [
+        shown = ", ".join(f"{q:.0%} of decode steps at concurrency {b}" for b, q in sorted(shares.items()))
+        out.print(f"  it drafted at {shown} (S_i are per step; the rig carries the share to other k)")
+    idle = {
         k
-        for b in shares
-        for k in range(1, max(built.draft_lengths(result.drafter, b), default=0) + 1)
-        if k in built.draft_lengths(result.drafter, b) and built.draft_share(result.drafter, k, b) == 0
-    ]
+        for b in built.concurrency_levels
+        for k in built.draft_lengths(result.drafter, b)
+        if built.draft_share(result.drafter, k, b) == 0
+    }
     if idle:
-        out.print(f"  on the rig this drafter drafted nothing at k={','.join(map(str, sorted(set(idle))))}")
+        out.print(f"  on the rig this drafter drafted nothing at k={','.join(map(str, sorted(idle)))}")
     for item in result.recommendations:
         rec = item.recommendation
         running = (
