@@ -265,6 +265,7 @@ def workload_timing(workload: str, levels: Sequence[LevelTiming]) -> WorkloadTim
 
 
 def running_draft_length(timing: WorkloadTiming, concurrency: int) -> int | None:
+    """The k the workload was measured at (None: not measured there, or with speculation off)."""
     running = timing.measured.get(concurrency)
     if running is None or running[0].off:
         return None
