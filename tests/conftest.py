@@ -42,6 +42,7 @@ def start_emulator(tmp_path: Path) -> Iterator[Callable[..., RunningEmulator]]:
         extra: list[str] | None = None,
         wait: bool = True,
         startup_seconds: float = 0.0,
+        env: dict[str, str] | None = None,
     ) -> RunningEmulator:
         port = free_port()
         argv = emulator_argv(
@@ -53,7 +54,7 @@ def start_emulator(tmp_path: Path) -> Iterator[Callable[..., RunningEmulator]]:
             extra=["--startup-seconds", str(startup_seconds), *(extra or [])],
         )
         log_path = tmp_path / f"emulator-{port}.log"
-        server = ServerProcess(argv, log_path=log_path)
+        server = ServerProcess(argv, log_path=log_path, env=env)
         server.start()
         started.append(server)
         if wait:

@@ -31,9 +31,9 @@ def specsweep(*args: str, env: dict | None = None) -> subprocess.CompletedProces
 
 
 def test_measure_prints_the_report_shape_and_writes_json(start_emulator, tmp_path: Path) -> None:
-    emulator = start_emulator(speculative_config=SPEC, time_scale=100)
-    out = tmp_path / "m.json"
     secret = "sk-do-not-store-4f1c"
+    emulator = start_emulator(speculative_config=SPEC, time_scale=100, env={"VLLM_API_KEY": secret})
+    out = tmp_path / "m.json"
     result = specsweep(
         "measure", "--endpoint", emulator.url, "--workload", "technical", "--requests", "6", "--max-tokens", "200",
         "--temperature", "0.6", "--api-key-env", "MY_KEY", "--json", str(out),
@@ -86,9 +86,25 @@ def test_unreachable_server_is_one_line(tmp_path: Path) -> None:
     assert result.stderr.count("\n") == 1 and "cannot reach" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_a_server_that_wants_an_api_key_says_how_to_pass_one(start_emulator) -> None:
+    """401 means a key is missing or wrong: say so and name the flag, never "pass --model"."""
+    emulator = start_emulator(speculative_config=SPEC, time_scale=100, env={"VLLM_API_KEY": "right"})
+    base = ("measure", "--endpoint", emulator.url, "--requests", "1", "--concurrency", "1", "--max-tokens", "8")
+    for extra, env, says in (
+        ((), {}, "the server wants an API key"),
+        (("--model", DEFAULT_MODEL), {}, "the server wants an API key"),  # the first request is refused
+        (("--api-key-env", "MY_KEY"), {"MY_KEY": "wrong"}, "the server refused the API key"),
+    ):
+        result = specsweep(*base, *extra, env=env)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.count("\n") == 1 and "HTTP 401" in result.stderr and says in result.stderr
+        assert "--api-key-env" in result.stderr and "server.api_key_env" in result.stderr
+        assert "--model" not in result.stderr
+
+
 def test_bad_flags_are_one_line() -> None:
     result = specsweep("measure", "--endpoint", "http://127.0.0.1:1", "--concurrency", "1,x")
-    assert result.returncode == 1 and "--concurrency" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "--concurrency" in result.stderr and "Traceback" not in result.stderr
     result = specsweep("measure", "--endpoint", "http://127.0.0.1:1", "--workload", "nope.jsonl")
     assert result.returncode == 1 and "prose" in result.stderr
     result = specsweep("measure", "--endpoint", "http://127.0.0.1:1", "--api-key-env", "SPECSWEEP_UNSET_VAR")

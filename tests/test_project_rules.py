@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -16,10 +20,16 @@ def run(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
 
 
+def installed_tool(name: str) -> str:
+    """A console script of the test environment: beside this interpreter, else on PATH."""
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.is_file() else shutil.which(name)
+    return found or pytest.fail(f"{name} is not installed (pip install -e '.[test]')")
+
+
 def test_layer_contracts_hold() -> None:
     """analysis/ and engines/ import no I/O library; layers import downwards only."""
-    tool = shutil.which("lint-imports") or pytest.fail("import-linter is not installed (pip install -e '.[test]')")
-    result = run(tool, "--no-cache")
+    result = run(installed_tool("lint-imports"), "--no-cache")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "broken" not in result.stdout.split("Contracts:")[-1].replace("0 broken", "")
 
@@ -43,3 +53,38 @@ def test_every_command_has_help() -> None:
         assert command in result.stdout
         sub = run(sys.executable, "-m", "specsweep", command, "--help")
         assert sub.returncode == 0 and "--help" in sub.stdout and len(sub.stdout) > 300, command
+
+
+def test_deptry_finds_every_import_declared_and_every_dependency_used() -> None:
+    """deptry reads src/specsweep's imports against pyproject.toml (configured under [tool.deptry])."""
+    result = run(installed_tool("deptry"), "src")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """Top-level package names imported when ``path`` is imported (not inside functions)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_what_every_command_imports_is_a_core_dependency() -> None:
+    """A module-level import of a third-party package must be satisfied by ``pip install specsweep``.
+
+    deptry counts extras as declared; this rule is stricter: an extra's package may only be
+    imported lazily, inside the function that needs it (with a one-line error naming the extra).
+    """
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = {re.split(r"[\[<>=!~; ]", spec, maxsplit=1)[0].lower().replace("_", "-") for spec in project["dependencies"]}
+    distributions = importlib.metadata.packages_distributions()
+    offenders = []
+    for path in sorted((ROOT / "src" / "specsweep").rglob("*.py")):
+        for name in _module_level_imports(path) - set(sys.stdlib_module_names) - {"specsweep", "__future__"}:
+            owners = {d.lower().replace("_", "-") for d in distributions.get(name, [name])}
+            if not owners & core:
+                offenders.append(f"{path.relative_to(ROOT)} imports {name} ({', '.join(sorted(owners))})")
+    assert not offenders, "not core dependencies of pyproject.toml:\n" + "\n".join(offenders)

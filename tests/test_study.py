@@ -80,8 +80,9 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
     # one k per concurrency level: a per-batch-size table when they differ
     assert [spec.k_for_batch_size(level) for level in (1, 4)] == [best[1][0], best[4][0]]
     folder = tmp_path / "studies" / "emulator-technical"
-    # The report and the snippet from a copy of the study folder, with no server running.
-    copy = tmp_path / "elsewhere" / "emulator-technical"
+    # The report and the snippet from a copy of the study folder under another name, with no
+    # server running: its storage holds one study, which is the one opened.
+    copy = tmp_path / "elsewhere" / "copied"
     shutil.copytree(folder, copy)
     report = specsweep("report", str(copy), cwd=tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]

@@ -1,10 +1,18 @@
-"""The ``specsweep`` command line: one module per command, errors as one line."""
+"""The ``specsweep`` command line: one module per command, errors as one line.
+
+Usage errors (an unknown flag, a missing argument, a bad value) are typer's own: the usage line,
+a hint to ``--help`` and one ``Error:`` line, exit code 2. A :class:`SpecsweepError` raised by a
+command is one ``specsweep: error: ...`` line on stderr and exit code 1; an interrupt is one line
+and exit code 130. Anything else is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
+from typing import Any
 
-import click
 import typer
 
 from specsweep import __version__
@@ -19,14 +27,41 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain errors: a usage mistake is the usage line, a --help hint and one "Error:" line, not a panel.
+    rich_markup_mode=None,
 )
-app.command("study")(study.study)
-app.command("measure")(measure.measure)
-app.command("report")(report.report)
-app.command("recommend")(recommend.recommend)
-app.command("rig")(rig.rig)
-app.command("emulate")(emulate.emulate)
-app.command("workloads")(workloads.workloads)
+
+
+def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command`` with the errors a user can cause turned into one line and an exit code."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except StudyInterrupted as exc:
+            print(f"specsweep: {exc}", file=sys.stderr)
+            raise typer.Exit(130) from None
+        except SpecsweepError as exc:
+            print(f"specsweep: error: {exc}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            print("specsweep: interrupted.", file=sys.stderr)
+            raise typer.Exit(130) from None
+
+    return run
+
+
+for _name, _command in (
+    ("study", study.study),
+    ("measure", measure.measure),
+    ("report", report.report),
+    ("recommend", recommend.recommend),
+    ("rig", rig.rig),
+    ("emulate", emulate.emulate),
+    ("workloads", workloads.workloads),
+):
+    app.command(_name)(_one_line_errors(_command))
 
 
 def _version(value: bool) -> None:
@@ -45,24 +80,5 @@ def _root(
 
 
 def main() -> None:
-    """Entry point: run the app; a SpecsweepError becomes one line on stderr and exit code 1."""
-    try:
-        code = app(standalone_mode=False)  # returns the code of a typer.Exit
-        sys.exit(code if isinstance(code, int) else 0)
-    except StudyInterrupted as exc:
-        print(f"specsweep: {exc}", file=sys.stderr)
-        sys.exit(130)
-    except SpecsweepError as exc:
-        print(f"specsweep: error: {exc}", file=sys.stderr)
-        sys.exit(1)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.Abort:
-        print("specsweep: aborted.", file=sys.stderr)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        print("specsweep: interrupted.", file=sys.stderr)
-        sys.exit(130)
+    """Entry point: typer's standalone mode exits with the command's code (2 for a usage error)."""
+    app(prog_name="specsweep")

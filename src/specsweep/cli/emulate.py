@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from specsweep.cli.options import check_levels
 from specsweep.config import parse_concurrency
 from specsweep.emulator.boot import EmulatorSettings, run_emulator
 from specsweep.emulator.model import compute_truth, workload_prompt_tokens
@@ -34,7 +35,9 @@ def emulate(
     print_truth: bool = typer.Option(
         False, "--print-truth", help="Print the model's ground truth as JSON and exit; no server."
     ),
-    concurrency: str = typer.Option("1,4", help="With --print-truth: concurrency levels, e.g. 1,4,16."),
+    concurrency: str = typer.Option(
+        "1,4", callback=check_levels, help="With --print-truth: concurrency levels, e.g. 1,4,16."
+    ),
     temperature: float = typer.Option(
         None, min=0.0, max=2.0, help="With --print-truth: sampling temperature (default: the profile's reference)."
     ),

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from specsweep.cli.options import check_levels, one_of
 from specsweep.cli.rig import print_rig_recommendation, recommend_on_rig
 from specsweep.config import parse_concurrency
 from specsweep.errors import ConfigError
@@ -26,14 +27,20 @@ def measure(
     engine: str = typer.Option(None, help="vllm, sglang or llama.cpp (default: detected from /metrics)."),
     model: str = typer.Option(None, help="Model name to send (default: the first one /v1/models lists)."),
     concurrency: str = typer.Option(
-        None, help="Closed-loop concurrency levels, e.g. 1,4,16 (default 1,4; with --rig, the rig's levels)."
+        None,
+        callback=check_levels,
+        help="Closed-loop concurrency levels, e.g. 1,4,16 (default 1,4; with --rig, the rig's levels).",
     ),
     requests: int = typer.Option(32, min=1, help="Measured requests per level."),
     warmup: int = typer.Option(None, min=0, help="Warm-up requests per level (default: one per stream)."),
     max_tokens: int = typer.Option(600, min=1, help="max_tokens of every request."),
     temperature: float = typer.Option(0.0, min=0.0, max=2.0, help="Sampling temperature (use production's)."),
     rate: float = typer.Option(None, min=0.001, help="Open loop: requests per second instead of levels."),
-    api: str = typer.Option("chat", help="chat (/v1/chat/completions) or completions (/v1/completions)."),
+    api: str = typer.Option(
+        "chat",
+        callback=one_of(("chat", "completions")),
+        help="chat (/v1/chat/completions) or completions (/v1/completions).",
+    ),
     api_key_env: str = typer.Option(None, help="Environment variable holding the bearer token."),
     seed: int = typer.Option(0, help="Seed of the prompt order."),
     timeout: float = typer.Option(600.0, min=1.0, help="Seconds one request may take."),
@@ -58,8 +65,6 @@ def measure(
     the rig's step cost give the recommended k per concurrency level, with its band and the
     expected gain over the running configuration (docs/rigs.md).
     """
-    if api not in ("chat", "completions"):
-        raise ConfigError(f"--api must be chat or completions, got {api!r}.")
     loaded_rig = load_rig(rig) if rig is not None else None
     identity = None
     unchecked: tuple[str, ...] = ()

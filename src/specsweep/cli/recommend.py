@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 
 from specsweep.analysis.study import StudyAnalysis
+from specsweep.cli.options import one_of
 from specsweep.errors import ConfigError
 from specsweep.report.snippets import FORMATS, render_snippet, snippet_format_for
 from specsweep.report.study_report import recommendation_summary
@@ -17,7 +18,10 @@ from specsweep.tuning.recommend import analyze_stored_study, load_stored_study
 def recommend(
     folder: Path = typer.Argument(None, help="Study folder, e.g. studies/emulator-technical."),
     fmt: str = typer.Option(
-        None, "--format", help="vllm, vllm-yaml, compose, sglang, llama.cpp or json (default: the engine's)."
+        None,
+        "--format",
+        callback=one_of(FORMATS),
+        help="vllm, vllm-yaml, compose, sglang, llama.cpp or json (default: the engine's).",
     ),
     workload: str = typer.Option(None, help="Workload whose recommendation to print (default: the study's first)."),
     storage: str = typer.Option(None, help="Optuna storage URL instead of the folder's study.db."),
@@ -32,8 +36,6 @@ def recommend(
     study = load_stored_study(folder, storage=storage, name=study_name)
     analysis, _, settings = analyze_stored_study(study)
     fmt = fmt or snippet_format_for(settings["engine"])
-    if fmt not in FORMATS:
-        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}.")
     chosen = workload or analysis.workloads[0]
     if chosen not in analysis.workloads:
         raise ConfigError(f"the study measured no workload {chosen!r}; it has {', '.join(analysis.workloads)}.")

@@ -8,8 +8,8 @@ import optuna
 import typer
 from rich.console import Console
 
+from specsweep.cli.options import one_of
 from specsweep.cli.recommend import print_analysis
-from specsweep.errors import ConfigError
 from specsweep.report.figures import TrialPoint
 from specsweep.report.snippets import FORMATS, snippet_format_for
 from specsweep.report.study_report import write_report
@@ -32,7 +32,9 @@ def trial_history(study: optuna.Study) -> list[TrialPoint]:
 def report(
     folder: Path = typer.Argument(None, help="Study folder, e.g. studies/emulator-technical."),
     out: Path = typer.Option(None, help="Where to write the report (default: FOLDER/report)."),
-    fmt: str = typer.Option(None, "--format", help="Snippet format in the report (default: the engine's)."),
+    fmt: str = typer.Option(
+        None, "--format", callback=one_of(FORMATS), help="Snippet format in the report (default: the engine's)."
+    ),
     storage: str = typer.Option(None, help="Optuna storage URL instead of the folder's study.db."),
     study_name: str = typer.Option(None, help="Study name in --storage (default: the folder's name)."),
 ) -> None:
@@ -46,8 +48,6 @@ def report(
     study = load_stored_study(folder, storage=storage, name=study_name)
     analysis, configs, settings = analyze_stored_study(study)
     fmt = fmt or snippet_format_for(settings["engine"])
-    if fmt not in FORMATS:
-        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}; got {fmt!r}.")
     target = out or (Path(folder) / "report" if folder is not None else Path(f"{study.study_name}-report"))
     files = write_report(
         analysis, configs, settings, trial_history(study), target, name=study.study_name, snippet_format=fmt

@@ -77,7 +77,7 @@ class EmulatorApi:
         return min(1.0, used / pool) if pool else 0.0
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=32 * 1024 * 1024)
+        app = web.Application(client_max_size=32 * 1024 * 1024, middlewares=[self._authorize])
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)
@@ -85,6 +85,18 @@ class EmulatorApi:
         app.router.add_get("/version", self.version)
         app.router.add_get("/metrics", self.metrics)
         return app
+
+    @web.middleware
+    async def _authorize(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """As vLLM with an API key: every /v1 route wants the bearer token; /health and /metrics do not."""
+        wanted = f"Bearer {self.api_key}"
+        if (
+            self.api_key is not None
+            and request.path.startswith("/v1")
+            and request.headers.get("Authorization") != wanted
+        ):
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
 
     # -- simple endpoints ------------------------------------------------------------------
     async def health(self, request: web.Request) -> web.Response:
@@ -123,8 +135,6 @@ class EmulatorApi:
 
     async def _complete(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival = time.perf_counter()
-        if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
-            return web.json_response({"error": "Unauthorized"}, status=401)
         try:
             try:
                 body = await request.json()

@@ -30,6 +30,22 @@ def api_key_from_env(variable: str | None) -> str | None:
     return value
 
 
+AUTH_REFUSED = (401, 403)
+
+
+def auth_refused_message(url: str, status: int, *, key_sent: bool) -> str:
+    """What to do when the server answers 401 or 403: pass an API key, or check the one passed."""
+    if key_sent:
+        return (
+            f"{url} answered HTTP {status}: the server refused the API key; check the key in the environment "
+            "variable named by --api-key-env (server.api_key_env in a study file)."
+        )
+    return (
+        f"{url} answered HTTP {status}: the server wants an API key; export it in an environment variable "
+        'and pass its name with --api-key-env NAME (server.api_key_env = "NAME" in a study file).'
+    )
+
+
 class StreamingClient:
     """Streams completions from one OpenAI-compatible endpoint."""
 
@@ -106,6 +122,12 @@ class StreamingClient:
         tracker = _StreamTracker(started)
         try:
             async with self._http.stream("POST", path, json=body) as response:
+                if response.status_code in AUTH_REFUSED:
+                    url = str(response.request.url)
+                    key_sent = "Authorization" in self._http.headers
+                    return tracker.record(
+                        prompt_id, max_tokens, error=auth_refused_message(url, response.status_code, key_sent=key_sent)
+                    )
                 if response.status_code != 200:
                     text = (await response.aread()).decode("utf-8", "replace")
                     return tracker.record(

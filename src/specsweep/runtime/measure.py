@@ -14,7 +14,7 @@ from specsweep.analysis.levels import LevelSummary, summarize_level
 from specsweep.engines import sglang
 from specsweep.engines.registry import EngineInfo, engine_from_metric_names, engine_info
 from specsweep.errors import MetricsError, RequestError
-from specsweep.runtime.client import StreamingClient
+from specsweep.runtime.client import AUTH_REFUSED, StreamingClient, auth_refused_message
 from specsweep.runtime.driver import PromptCycle, run_closed_loop, run_open_loop
 from specsweep.runtime.scraper import scrape_metrics
 from specsweep.types import MetricsSnapshot, RequestRecord
@@ -75,6 +75,9 @@ async def discover_model(http: httpx.AsyncClient) -> str:
         raise RequestError(
             f"cannot reach {http.base_url} ({type(exc).__name__}); is the server up and the URL right?"
         ) from None
+    if response.status_code in AUTH_REFUSED:
+        key_sent = "Authorization" in http.headers
+        raise RequestError(auth_refused_message(str(response.url), response.status_code, key_sent=key_sent))
     try:
         return str(response.json()["data"][0]["id"])
     except (ValueError, KeyError, IndexError, TypeError):

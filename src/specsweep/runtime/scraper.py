@@ -8,7 +8,8 @@ from collections import defaultdict
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from specsweep.errors import MetricsError
+from specsweep.errors import MetricsError, RequestError
+from specsweep.runtime.client import AUTH_REFUSED, auth_refused_message
 from specsweep.types import MetricsSnapshot
 
 
@@ -30,6 +31,9 @@ async def scrape_metrics(http: httpx.AsyncClient, path: str = "/metrics") -> Met
         response = await http.get(path, timeout=30.0)
     except httpx.HTTPError as exc:
         raise MetricsError(f"could not read {path}: {type(exc).__name__}: {exc}") from None
+    if response.status_code in AUTH_REFUSED:
+        key_sent = "Authorization" in http.headers
+        raise RequestError(auth_refused_message(str(response.url), response.status_code, key_sent=key_sent))
     if response.status_code != 200:
         raise MetricsError(
             f"{path} answered HTTP {response.status_code}; start the server with metrics on "

@@ -20,7 +20,7 @@ from specsweep.analysis.study import StudyAnalysis, analyze_study
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.tuning.space import OFF
-from specsweep.tuning.storage import open_storage
+from specsweep.tuning.storage import open_storage, shown
 from specsweep.types import MeasuredConfig
 
 
@@ -142,14 +142,21 @@ def load_stored_study(folder: Path | None, *, storage: str | None = None, name: 
                 f"{folder} holds no study.db; pass the study's folder, or --storage URL --study-name NAME."
             )
         storage = f"sqlite:///{database.as_posix()}"
-    study_name = name or (Path(folder).name if folder is not None else None)
-    if study_name is None:
-        raise ConfigError("--storage needs --study-name NAME.")
     opened = open_storage(storage, heartbeat_s=None)
+    names = [s.study_name for s in optuna.get_all_study_summaries(opened)]
+    if name is None:
+        if folder is not None and Path(folder).name in names:
+            name = Path(folder).name
+        elif len(names) == 1:
+            name = names[0]  # a copied or renamed folder holds the one study it was made for
+        else:
+            raise ConfigError(
+                f"{shown(storage)} holds {len(names)} studies ({', '.join(names) or 'none'}); pass --study-name."
+            )
     try:
-        return optuna.load_study(study_name=study_name, storage=opened)
+        return optuna.load_study(study_name=name, storage=opened)
     except KeyError:
-        names = ", ".join(s.study_name for s in optuna.get_all_study_summaries(opened)) or "none"
         raise ConfigError(
-            f"there is no study {study_name!r} in {storage} (studies there: {names}); pass --study-name."
+            f"there is no study {name!r} in {shown(storage)} (studies there: {', '.join(names) or 'none'}); "
+            "pass --study-name."
         ) from None
