@@ -24,8 +24,9 @@ from specsweep.config import EmulatorServer, MeasureConfig, Objective, SearchSpa
 from specsweep.emulator.model import acceptance_curve, compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import bundled_profile_names, load_profile
 from specsweep.engines.vllm import METHODS_NEEDING_MODEL, validate_speculative_config
-from specsweep.tuning.recommend import analyze_stored_study
-from specsweep.tuning.study import StudyRunner, study_paths
+from specsweep.tuning.stored import analyze_stored_study
+from specsweep.tuning.study import StudyRunner
+from specsweep.tuning.study_store import study_paths
 
 WORKLOADS = ("prose", "technical")
 LEVELS = (1, 4)
@@ -83,7 +84,7 @@ def one_study(profile_name: str, seed: int, folder: Path, args: argparse.Namespa
     )  # fmt: skip
     runner = StudyRunner(config, study_paths(config, folder))
     outcome = runner.run()
-    analysis, _, _ = analyze_stored_study(outcome.study, seed=seed)
+    analysis = analyze_stored_study(outcome.study, seed=seed).analysis
     truth = true_best(profile_name, k_max, args.workloads, args.levels)
     rows = {}
     for workload in args.workloads:

@@ -32,15 +32,10 @@ from specsweep.engines.vllm import validate_speculative_config
 from specsweep.runtime.identity import read_server_identity
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
 from specsweep.runtime.measure import MeasureSettings, run_measure
-from specsweep.tuning.rig import (
-    RIG_FILE,
-    build_rig,
-    check_server_against_rig,
-    load_rig,
-    recommend_for_measurement,
-    write_rig,
-)
-from specsweep.tuning.study import StudyRunner, study_paths
+from specsweep.tuning.rig import build_rig, recommend_for_measurement
+from specsweep.tuning.rig_file import RIG_FILE, check_server_against_rig, load_rig, write_rig
+from specsweep.tuning.study import StudyRunner
+from specsweep.tuning.study_store import study_paths
 from specsweep.workload import load_workload
 
 RIG_WORKLOAD, NEW_WORKLOAD = "prose", "technical"

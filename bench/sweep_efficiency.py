@@ -54,8 +54,10 @@ from specsweep.config import SearchSpace
 from specsweep.emulator.model import compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import Profile, load_profile
 from specsweep.engines.vllm import validate_speculative_config
+from specsweep.tuning.records import read_trials, record_config, record_results
 from specsweep.tuning.space import Space, build_space, config_key
 from specsweep.tuning.strategy import decide_next
+from specsweep.types import LevelFigures
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 HERE = Path(__file__).parent
@@ -125,7 +127,9 @@ def build_case(profile: Profile, workload: str, concurrency: int) -> Case:
     )
 
 
-def simulate(case: Case, key: str, rng: np.random.Generator, *, noise: float, requests: int) -> dict[str, Any]:
+def simulate(
+    case: Case, key: str, rng: np.random.Generator, *, noise: float, requests: int
+) -> dict[str, dict[int, LevelFigures]]:
     """One restart's ``results`` attribute: noisy rates and binomially drawn acceptance counters."""
     curve = case.curve[key]
     levels = {}
@@ -144,15 +148,26 @@ def simulate(case: Case, key: str, rng: np.random.Generator, *, noise: float, re
                 accepted_per_position=counts,
                 mean_acceptance_length=1.0 + sum(counts) / drafts,
             )
-        levels[str(level)] = row
+        levels[level] = LevelFigures(
+            concurrency=level,
+            output_tokens_per_s=row["output_tokens_per_s"],
+            wall_clock_output_tokens_per_s=row["output_tokens_per_s"],
+            decode_tokens_per_s_p50=None,
+            ttft_p95_s=None,
+            errors=0,
+            requests=requests,
+            num_drafts=row.get("num_drafts"),
+            accepted_per_position=tuple(row["accepted_per_position"]) if "accepted_per_position" in row else None,
+            mean_acceptance_length=row.get("mean_acceptance_length"),
+        )
     return {case.workload: levels}
 
 
 def measure_into(study: optuna.Study, trial: optuna.Trial, case: Case, key: str, rng, args) -> float:
     results = simulate(case, key, rng, noise=args.noise, requests=args.requests)
-    value = results[case.workload][str(case.concurrency)]["output_tokens_per_s"]
-    trial.set_user_attr("key", key)
-    trial.set_user_attr("results", results)
+    value = results[case.workload][case.concurrency].output_tokens_per_s
+    record_config(trial, key=key, spec=case.space.config_from_params(trial.params))
+    record_results(trial, results=results, constraints=[0.0], record_file=None)
     study.tell(trial, value)
     return value
 
@@ -166,7 +181,7 @@ def run_specsweep(case: Case, seed: int, args) -> tuple[int, list[str]]:
     picks = []
     while True:
         decision = decide_next(
-            study.get_trials(deepcopy=False), case.space, concurrency=case.concurrency, workloads={case.workload: 1.0}
+            read_trials(study), case.space, concurrency=case.concurrency, workloads={case.workload: 1.0}
         )
         if decision.params is None:
             break
@@ -201,7 +216,7 @@ def run_grid(case: Case, seed: int, args) -> tuple[int | None, int]:
         # GridSampler ends the study itself after the last grid point (Study.stop), so it runs under optimize.
         key = trial.suggest_categorical("config", keys)
         results = simulate(case, key, rng, noise=args.noise, requests=args.requests)
-        value = results[case.workload][str(case.concurrency)]["output_tokens_per_s"]
+        value = results[case.workload][case.concurrency].output_tokens_per_s
         best.append(max([*best[-1:], (value, key)]))
         picks.append(best[-1][1])
         return value

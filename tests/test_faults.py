@@ -22,8 +22,10 @@ import pytest
 from specsweep.config import parse_study_config
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
 from specsweep.runtime.lease import lease_for, process_start_ticks, reclaim_leases, write_lease
-from specsweep.tuning.study import StudyRunner, study_paths
+from specsweep.tuning.study import StudyRunner
+from specsweep.tuning.study_store import study_paths
 
+from .builders import emulator_study
 from .conftest import emulator_processes
 
 K2 = '{"method":"dspark","num_speculative_tokens":2}'
@@ -31,19 +33,10 @@ COMPLETE, FAIL = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL
 
 
 def study_data(seed: int, extra: list[str] | None = None, **server: object) -> dict:
-    return {
-        "study": {"name": "faults", "max_consecutive_failures": 3},
-        "server": {
-            "engine": "emulator",
-            "ready_timeout_s": 20,
-            "stop_grace_s": 5,
-            "emulator": {"time_scale": 200, "seed": seed, "extra_args": ["--startup-seconds", "0", *(extra or [])]},
-            **server,
-        },
-        "search": {"num_speculative_tokens": [2, 2], "fixed": {"method": "dspark"}},
-        "workloads": {"prose": 1.0},
-        "measure": {"concurrency": [1], "requests": 3, "warmup": 1, "max_tokens": 40, "temperature": 0.0},
-    }
+    return emulator_study(
+        "faults", seed=seed, extra_args=extra or (), k=(2, 2), requests=3, max_tokens=40,
+        study={"max_consecutive_failures": 3}, server={"ready_timeout_s": 20, **server}, measure={"warmup": 1},
+    )  # fmt: skip
 
 
 def run_study(tmp_path: Path, data: dict, *, resume: bool, max_trials: int | None = None) -> optuna.Study:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from specsweep.runtime.measure import MeasureSettings, run_measure
+from specsweep.runtime.measure import LevelStarted, MeasureSettings, run_measure
 from specsweep.workload import load_workload
 
 from .conftest import DEFAULT_MODEL
@@ -128,8 +128,8 @@ def test_foreign_traffic_is_detected(start_emulator) -> None:
                 except httpx.HTTPError:
                     return  # the emulator was stopped at the end of the test
 
-    def on_event(kind: str, data: dict) -> None:
-        if kind == "level":
+    def on_event(event: object) -> None:
+        if isinstance(event, LevelStarted):
             threading.Thread(target=other_client, daemon=True).start()
 
     settings = MeasureSettings(endpoint=emulator.url, concurrency=(1,), requests=4, max_tokens=200)

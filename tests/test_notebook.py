@@ -14,27 +14,21 @@ from nbclient import NotebookClient
 
 from specsweep.config import parse_study_config
 from specsweep.report.study_report import snippet_for
-from specsweep.tuning.recommend import analyze_stored_study, load_stored_study
-from specsweep.tuning.study import StudyRunner, study_paths
+from specsweep.tuning.stored import analyze_stored_study, load_stored_study
+from specsweep.tuning.study import StudyRunner
+from specsweep.tuning.study_store import study_paths
+
+from .builders import emulator_study
 
 NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "study-analysis.ipynb"
 KERNEL = "specsweep-notebook-test"
 
 # Four restarts of a fast emulator (no startup wait, time scale 200), two levels so the
 # notebook has a step-time line and a recommendation per concurrency: about 20 s.
-STUDY = {
-    "study": {"name": "notebook", "max_consecutive_failures": 2},
-    "server": {
-        "engine": "emulator",
-        "ready_timeout_s": 30,
-        "stop_grace_s": 5,
-        "emulator": {"time_scale": 200, "seed": 5151, "extra_args": ["--startup-seconds", "0"]},
-    },
-    "search": {"num_speculative_tokens": [1, 3], "fixed": {"method": "dspark"}},
-    "workloads": {"technical": 1.0},
-    "measure": {"concurrency": [1, 2], "requests": 3, "max_tokens": 100, "temperature": 0.0},
-    "objective": {"concurrency": 1},
-}
+STUDY = emulator_study(
+    "notebook", seed=5151, k=(1, 3), workloads={"technical": 1.0}, concurrency=(1, 2), requests=3, max_tokens=100,
+    objective={"concurrency": 1},
+)  # fmt: skip
 
 
 def test_notebook_is_committed_without_outputs() -> None:
@@ -49,7 +43,7 @@ def test_notebook_runs_against_a_fresh_emulator_study(tmp_path: Path, monkeypatc
     config = parse_study_config(STUDY)
     paths = study_paths(config, tmp_path / "studies")
     StudyRunner(config, paths).run()
-    analysis, _, _ = analyze_stored_study(load_stored_study(paths.folder))
+    analysis = analyze_stored_study(load_stored_study(paths.folder)).analysis
 
     # A kernel spec that starts this interpreter (the venv's), found ahead of any user's python3 spec.
     kernels = tmp_path / "jupyter"

@@ -17,7 +17,8 @@ import pytest
 from specsweep.config import parse_study_config
 from specsweep.runtime.launcher import ServerProcess, free_port
 from specsweep.runtime.measure import MeasureSettings, run_measure
-from specsweep.tuning.study import StudyRunner, study_paths
+from specsweep.tuning.study import StudyRunner
+from specsweep.tuning.study_store import study_paths
 from specsweep.workload import load_workload
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]

@@ -16,8 +16,10 @@ import pytest
 
 from specsweep.config import parse_study_config
 from specsweep.runtime.launcher import ServerProcess, free_port
-from specsweep.tuning.rig import RIG_FILE, build_rig, write_rig
-from specsweep.tuning.study import StudyRunner, study_paths
+from specsweep.tuning.rig import build_rig
+from specsweep.tuning.rig_file import RIG_FILE, write_rig
+from specsweep.tuning.study import StudyRunner
+from specsweep.tuning.study_store import study_paths
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 

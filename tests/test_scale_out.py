@@ -27,8 +27,9 @@ from specsweep.config import parse_study_config
 from specsweep.errors import ConfigError
 from specsweep.runtime.launcher import free_port
 from specsweep.tuning.space import build_space
-from specsweep.tuning.storage import StorageError, journal_path, open_storage, shown
+from specsweep.tuning.storage import StorageError, journal_path, open_storage, redact_password
 
+from .builders import emulator_study, write_study
 from .conftest import _require
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -113,35 +114,11 @@ def study_file(tmp_path: Path, *, name: str, seed: int, startup_s: float = 0.0, 
 
     The grid by default: these tests check that every configuration of the space is measured
     exactly once across the workers."""
-    path = tmp_path / f"node-{seed}.toml"
-    path.write_text(
-        f"""
-[study]
-name = "{name}"
-sampler = "{sampler}"
-heartbeat_s = 1
-[server]
-engine = "emulator"
-ready_timeout_s = 30
-stop_grace_s = 5
-[server.emulator]
-time_scale = 150
-seed = {seed}
-extra_args = ["--startup-seconds", "{startup_s}"]
-[search]
-num_speculative_tokens = [1, 5]
-fixed = {{ method = "dspark" }}
-[workloads]
-prose = 1.0
-[measure]
-concurrency = [1]
-requests = 2
-warmup = 0
-max_tokens = 40
-temperature = 0.0
-"""
-    )
-    return path
+    data = emulator_study(
+        name, seed=seed, time_scale=150, startup_s=startup_s, k=(1, 5), max_tokens=40,
+        study={"sampler": sampler, "heartbeat_s": 1, "max_consecutive_failures": 3}, measure={"warmup": 0},
+    )  # fmt: skip
+    return write_study(tmp_path / f"node-{seed}.toml", data)
 
 
 def start_worker(config: Path, storage: str, worker: str, studies_dir: Path) -> subprocess.Popen[str]:
@@ -329,7 +306,10 @@ def test_two_workers_share_one_study_in_a_journal_file(tmp_path: Path) -> None:
 def test_storage_urls_and_their_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert journal_path("journal:///mnt/shared/x.log") == Path("/mnt/shared/x.log")
     assert journal_path("journal:runs/x.log") == Path("runs/x.log")
-    assert shown("postgresql://me:s3cret@db.example:5432/studies") == "postgresql://me:***@db.example:5432/studies"
+    assert (
+        redact_password("postgresql://me:s3cret@db.example:5432/studies")
+        == "postgresql://me:***@db.example:5432/studies"
+    )
     with pytest.raises(StorageError, match="folder of journal storage"):
         open_storage(f"journal://{tmp_path}/missing/x.log", heartbeat_s=None)
     monkeypatch.setitem(sys.modules, "psycopg", None)  # as if the driver were not installed
@@ -362,7 +342,8 @@ def test_joining_a_study_that_measures_differently_is_refused(tmp_path: Path) ->
         "search": {"num_speculative_tokens": [1, 2]},
         "measure": {"concurrency": [1], "temperature": 0.0},
     }
-    from specsweep.tuning.study import StudyPaths, StudyRunner
+    from specsweep.tuning.study import StudyRunner
+    from specsweep.tuning.study_store import StudyPaths
 
     paths = StudyPaths(folder=tmp_path / "mixed", storage=storage)
     StudyRunner(parse_study_config(data), paths, worker="a")

@@ -14,11 +14,16 @@ import optuna
 import pytest
 
 from specsweep.analysis.acceptance import expected_tokens_per_step
+from specsweep.analysis.study import analyze_study
 from specsweep.config import SearchSpace, parse_study_config
-from specsweep.tuning.space import OFF, build_space, config_key
+from specsweep.tuning.events import Planned
+from specsweep.tuning.records import read_trial
+from specsweep.tuning.space import OFF_KEY, build_space, config_key
 from specsweep.tuning.strategy import decide_next
-from specsweep.tuning.study import StudyRunner, study_paths
+from specsweep.tuning.study import StudyRunner
+from specsweep.tuning.study_store import study_paths
 
+from .builders import emulator_study, write_study
 from .test_study import true_best
 
 # The user report's dense technical curve (math.md), and a step time T = T0 (1 + c k).
@@ -74,7 +79,7 @@ def trials_for(*configs: tuple[int, str], noise: float = 0.0) -> list:
 
 
 def decide(trials, **kwargs):
-    return decide_next(trials, SPACE, concurrency=1, workloads={"prose": 1.0}, **kwargs)
+    return decide_next([read_trial(t) for t in trials], SPACE, concurrency=1, workloads={"prose": 1.0}, **kwargs)
 
 
 def chosen(decision) -> tuple[int, str] | None:
@@ -85,7 +90,7 @@ def chosen(decision) -> tuple[int, str] | None:
 
 def test_speculation_off_first_then_each_drafter_at_its_largest_k() -> None:
     first = decide([])
-    assert first.phase == "speculation off" and first.key == OFF
+    assert first.phase == "speculation off" and first.key == OFF_KEY
     second = decide(trials_for((0, "off")))
     assert second.phase == "largest k" and chosen(second) == (5, "greedy")
     third = decide(trials_for((0, "off"), (5, "greedy")))
@@ -122,6 +127,25 @@ def test_the_stop_fires_when_nothing_untried_can_beat_the_best() -> None:
     exact = decide(trials_for(*measured))
     assert exact.phase == "stop" and exact.noise == pytest.approx(0.01)  # the floor: exact data have no residual
     assert json.loads(exact.best_key)["num_speculative_tokens"] == best_by_truth()[0]
+
+
+def test_the_search_stops_on_the_model_the_report_draws() -> None:
+    """One observation builder and one acceptance fit: the step-time model the search decided on is
+    the report's, and so is each drafter's chosen decay model and its parameters."""
+    measured = [(0, "off"), (5, "greedy")] + [(k, "probabilistic") for k in range(1, 6)]
+    trials = trials_for(*measured, noise=0.01)
+    decision = decide(trials)
+    assert decision.phase == "stop"
+    configs = [read_trial(t).measured_config() for t in trials]
+    analysis = analyze_study(configs, workloads=["prose"], concurrency_levels=[1], objective_concurrency=1, k_max=5)
+    searched = decision.models["prose"]
+    assert searched.throughput == analysis.models["prose"]
+    reported = {a.drafter: a.fit for a in analysis.acceptance if a.workload == "prose"}
+    assert set(searched.fits) == set(reported) and len(reported) == 2
+    for drafter, fit in searched.fits.items():
+        assert fit.chosen == reported[drafter].chosen
+        assert fit.model(fit.chosen).params == reported[drafter].model(fit.chosen).params
+        assert fit.confidence == 0.90 and reported[drafter].confidence == 0.95  # only the band differs
 
 
 def test_the_stop_does_not_fire_while_an_untried_config_can_beat_the_best() -> None:
@@ -165,18 +189,10 @@ def test_resume_decides_from_the_stored_trials(tmp_path: Path) -> None:
 
 
 def small_model_study(name: str, **search) -> dict:
-    return {
-        "study": {"name": name, "sampler": "model"},
-        "server": {
-            "engine": "emulator",
-            "ready_timeout_s": 30,
-            "stop_grace_s": 5,
-            "emulator": {"time_scale": 200, "seed": 77, "extra_args": ["--startup-seconds", "0"]},
-        },
-        "search": {"num_speculative_tokens": [1, 4], "fixed": {"method": "dspark"}, **search},
-        "workloads": {"technical": 1.0},
-        "measure": {"concurrency": [1], "requests": 4, "max_tokens": 200, "temperature": 0.0},
-    }
+    return emulator_study(
+        name, seed=77, workloads={"technical": 1.0}, requests=4, max_tokens=200, study={"sampler": "model"},
+        search=search,
+    )  # fmt: skip
 
 
 def test_a_stopped_model_study_resumes_where_its_trials_leave_off(tmp_path: Path) -> None:
@@ -185,9 +201,9 @@ def test_a_stopped_model_study_resumes_where_its_trials_leave_off(tmp_path: Path
     first = StudyRunner(config, paths).run(max_trials=2)
     assert first.restarts == 2 and "trial budget" in first.stop_reason
     events = []
-    second = StudyRunner(config, paths, resume=True, on_event=lambda kind, data: events.append((kind, data))).run()
-    plans = [d for kind, d in events if kind == "plan"]
-    assert plans and plans[0]["phase"] != "speculation off"  # off and k = 4 are not measured again
+    second = StudyRunner(config, paths, resume=True, on_event=events.append).run()
+    plans = [e for e in events if isinstance(e, Planned)]
+    assert plans and plans[0].phase != "speculation off"  # off and k = 4 are not measured again
     keys = [t.user_attrs["key"] for t in second.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(keys) == len(set(keys)) == first.restarts + second.restarts
     assert second.restarts + first.restarts < second.space.size() or "every configuration" in second.stop_reason
@@ -202,31 +218,13 @@ def specsweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_model_study_on_the_emulator_finds_the_true_best_with_fewer_restarts_than_the_grid(tmp_path: Path) -> None:
     """Prose on the default profile at its reference temperature: 11 configurations in the grid."""
     config_file = tmp_path / "prose.toml"
-    config_file.write_text(
-        """
-[study]
-name = "prose-model"
-sampler = "model"
-[server]
-engine = "emulator"
-ready_timeout_s = 60
-stop_grace_s = 5
-[server.emulator]
-time_scale = 100
-seed = 11
-extra_args = ["--startup-seconds", "20"]
-[search]
-num_speculative_tokens = [1, 5]
-fixed = { method = "dspark" }
-[workloads]
-prose = 1.0
-[measure]
-concurrency = [1]
-requests = 12
-max_tokens = 600
-temperature = 0.6
-"""
-    )
+    write_study(
+        config_file,
+        emulator_study(
+            "prose-model", seed=11, time_scale=100, startup_s=20, k=(1, 5), requests=12, max_tokens=600,
+            temperature=0.6, study={"sampler": "model"}, server={"ready_timeout_s": 60},
+        ),
+    )  # fmt: skip
     started = time.monotonic()
     result = specsweep("study", "--config", str(config_file), cwd=tmp_path)
     elapsed = time.monotonic() - started
@@ -237,7 +235,7 @@ temperature = 0.6
     assert stop and "by more than the measured noise" in stop.group(1), out
     restarts = int(stop.group(2))
     assert restarts < 11
-    match = re.search(r"prose at concurrency 1: k=(\d+) dspark (\w+), ", out)  # the recommendation
+    match = re.search(r"prose at concurrency 1: k=(\d+) dspark \((\w+)\), ", out)  # the recommendation
     assert match, out
     assert (int(match.group(1)), match.group(2)) == true_best("prose", 1, 5), out
     snippet = re.search(r"--speculative-config '(.+)'", out)

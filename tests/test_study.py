@@ -19,8 +19,11 @@ from specsweep.config import parse_study_config
 from specsweep.engines.vllm import parse_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.runtime.trial_server import placeholder_values, render_command
-from specsweep.tuning.study import StudyRunner, study_paths
+from specsweep.tuning.events import Note
+from specsweep.tuning.study import StudyRunner
+from specsweep.tuning.study_store import study_paths
 
+from .builders import emulator_study, write_study
 from .conftest import print_truth
 
 
@@ -66,7 +69,7 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
     assert elapsed < 180  # about a minute on 2 cores; the bound leaves room for a loaded machine
     best = {}
     for level in (1, 4):
-        modelled = re.search(rf"technical at concurrency {level}: k=(\d+) dspark (\w+), ", out)  # recommended
+        modelled = re.search(rf"technical at concurrency {level}: k=(\d+) dspark \((\w+)\), ", out)  # recommended
         assert modelled, out
         best[level] = (int(modelled.group(1)), modelled.group(2))
         assert best[level] == true_best("technical", level, 5)
@@ -109,21 +112,7 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
 
 
 def small_study(tmp_path: Path, **overrides) -> dict:
-    data = {
-        "study": {"name": "t", "max_consecutive_failures": 2},
-        "server": {
-            "engine": "emulator",
-            "ready_timeout_s": 30,
-            "stop_grace_s": 5,
-            "emulator": {"time_scale": 200, "seed": 4242, "extra_args": ["--startup-seconds", "0"]},
-        },
-        "search": {"num_speculative_tokens": [1, 4], "fixed": {"method": "dspark"}},
-        "workloads": {"prose": 1.0},
-        "measure": {"concurrency": [1], "requests": 2, "max_tokens": 60, "temperature": 0.0},
-    }
-    for table, values in overrides.items():
-        data.setdefault(table, {}).update(values)
-    return data
+    return emulator_study("t", seed=4242, **overrides)
 
 
 def test_boot_failures_fail_the_trial_and_the_study_goes_on(tmp_path: Path) -> None:
@@ -131,9 +120,9 @@ def test_boot_failures_fail_the_trial_and_the_study_goes_on(tmp_path: Path) -> N
     data["server"]["emulator"]["extra_args"] += ["--fail-boot-above-k", "3"]
     config = parse_study_config(data)
     events = []
-    runner = StudyRunner(config, study_paths(config, tmp_path), on_event=lambda kind, d: events.append((kind, d)))
+    runner = StudyRunner(config, study_paths(config, tmp_path), on_event=events.append)
     outcome = runner.run()
-    assert any(kind == "note" and "temperature is 0" in d["text"] for kind, d in events)
+    assert any(isinstance(e, Note) and "temperature is 0" in e.text for e in events)
     states = {t.user_attrs["key"]: t for t in outcome.study.trials}
     failed = [t for t in outcome.study.trials if t.state == optuna.trial.TrialState.FAIL]
     assert len(failed) == 1 and "OutOfMemoryError" in failed[0].user_attrs["fail_reason"]
@@ -152,29 +141,9 @@ def test_consecutive_failures_stop_the_study(tmp_path: Path) -> None:
 
 
 def test_interrupt_keeps_the_measured_trials_and_resume_finishes(tmp_path: Path) -> None:
-    config_file = tmp_path / "s.toml"
-    config_file.write_text(
-        """
-[study]
-name = "interrupted"
-[server]
-engine = "emulator"
-stop_grace_s = 5
-[server.emulator]
-time_scale = 100
-seed = 4343
-extra_args = ["--startup-seconds", "0"]
-[search]
-num_speculative_tokens = [1, 3]
-fixed = { method = "dspark" }
-[workloads]
-prose = 1.0
-[measure]
-concurrency = [1]
-requests = 3
-max_tokens = 300
-temperature = 0.0
-"""
+    config_file = write_study(
+        tmp_path / "s.toml",
+        emulator_study("interrupted", seed=4343, time_scale=100, k=(1, 3), requests=3, max_tokens=300),
     )
     process = subprocess.Popen(
         [sys.executable, "-m", "specsweep", "study", "--config", str(config_file)],
@@ -339,7 +308,7 @@ def test_commands_mode_and_attach_mode_drive_a_real_server(tmp_path: Path) -> No
 
 
 def test_slo_constraints_mark_configurations_infeasible(tmp_path: Path) -> None:
-    from specsweep.tuning.recommend import best_overall, measured_configs
+    from specsweep.tuning.stored import best_overall, measured_configs
 
     data = small_study(tmp_path, search={"num_speculative_tokens": [1, 1]}, objective={"max_ttft_p95_s": 1e-6})
     config = parse_study_config(data)

@@ -9,14 +9,9 @@ import numpy as np
 import pytest
 
 from specsweep.analysis.acceptance import expected_tokens_per_step
-from specsweep.analysis.throughput import (
-    Candidate,
-    Drafter,
-    ThroughputObservation,
-    fit_throughput_model,
-    predict_throughput,
-    sample_rates,
-)
+from specsweep.analysis.drafters import Candidate, Drafter
+from specsweep.analysis.rates import predict_throughput, sample_rates
+from specsweep.analysis.throughput import ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
 
 DSPARK = Drafter(method="dspark", draft_sample_method="probabilistic")

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from specsweep.engines.vllm import FIELDS, parse_speculative_config
 from specsweep.errors import ConfigError
+from specsweep.types import SpeculativeConfig
 
 
 @pytest.mark.parametrize(
@@ -101,3 +102,16 @@ def test_any_mapping_parses_or_raises_config_error(raw: dict) -> None:
         assert str(exc)  # a message that says what is wrong
     else:
         assert spec.num_speculative_tokens is None or spec.num_speculative_tokens > 0
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from([*FIELDS, "bogus"]), _values, max_size=6))
+def test_a_valid_config_reads_back_from_its_own_json_unchanged(raw: dict) -> None:
+    """Stored studies read their spec configs with SpeculativeConfig.from_json, no engine rules:
+    every config the validator accepts must come back equal, and write the same JSON again."""
+    try:
+        spec = parse_speculative_config(json.dumps(raw))
+    except ConfigError:
+        return
+    again = SpeculativeConfig.from_json(spec.to_json())
+    assert again == spec and again.to_json() == spec.to_json()

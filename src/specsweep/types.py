@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+# Progress reported while something runs: each layer defines its own event records (runtime's
+# measurement events, tuning's study events); a callback receives them one at a time.
+EventCallback = Callable[[Any], None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +46,22 @@ class SpeculativeConfig:
             if row.start <= batch_size <= row.end:
                 return row.num_speculative_tokens
         return self.num_speculative_tokens
+
+    @classmethod
+    def from_json(cls, text: str) -> SpeculativeConfig:
+        """A spec config written by :meth:`to_json`, read back as it was written (it was validated
+        against its engine when it was made); fields it does not name go to ``extra``."""
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError(f"a speculative config is a JSON object, got {text!r}")
+        known = {f.name for f in fields(cls)} - {"extra", "num_speculative_tokens_per_batch_size"}
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in known}
+        rows = raw.get("num_speculative_tokens_per_batch_size")
+        table = None
+        if rows:
+            table = tuple(BatchSizeRange(start=a, end=b, num_speculative_tokens=k) for a, b, k in rows)
+        extra = {k: v for k, v in raw.items() if k not in known and k != "num_speculative_tokens_per_batch_size"}
+        return cls(**values, num_speculative_tokens_per_batch_size=table, extra=extra)
 
     def to_json(self) -> str:
         """The compact JSON that ``--speculative-config`` takes, keys in a stable order."""
@@ -155,6 +176,28 @@ class BootFacts:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LevelFigures:
+    """One workload at one concurrency level of a trial: the figures a study keeps and analyses.
+
+    Rates and times are in the modelled hardware's units on the emulator (its time scale undone).
+    """
+
+    concurrency: int
+    output_tokens_per_s: float | None  # at full concurrency when known, else wall clock
+    wall_clock_output_tokens_per_s: float | None
+    decode_tokens_per_s_p50: float | None
+    ttft_p95_s: float | None
+    errors: int
+    requests: int
+    server_generation_tokens_per_s: float | None = None
+    per_position: tuple[float, ...] | None = None  # S_1..S_k from the counters
+    accepted_per_position: tuple[float, ...] | None = None  # the counts behind them
+    num_drafts: float | None = None
+    mean_acceptance_length: float | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MeasuredConfig:
     """One measured configuration of a study."""
 
@@ -163,10 +206,36 @@ class MeasuredConfig:
     spec: SpeculativeConfig | None
     objective: float
     feasible: bool
-    results: dict[str, Any]  # workload -> concurrency (str) -> figures
-    boot: dict[str, Any]  # boot facts read from the server's log
+    results: dict[str, dict[int, LevelFigures]]  # workload -> concurrency -> figures
+    boot: BootFacts
     startup_s: float | None
 
+    def level(self, workload: str, concurrency: int) -> LevelFigures | None:
+        return self.results.get(workload, {}).get(concurrency)
+
     def rate(self, workload: str, concurrency: int) -> float | None:
-        row = self.results.get(workload, {}).get(str(concurrency))
-        return None if row is None else row.get("output_tokens_per_s")
+        row = self.level(workload, concurrency)
+        return None if row is None else row.output_tokens_per_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudySettings:
+    """What a study was asked to do, as its storage keeps it."""
+
+    workload_weights: dict[str, float]  # name -> weight in the objective
+    concurrency_levels: tuple[int, ...]
+    objective_concurrency: int
+    k_range: tuple[int, int] | None  # search.num_speculative_tokens
+    baseline_key: str | None  # the configuration run today, as tuning keys it
+    baseline: SpeculativeConfig | None = None  # the same, parsed (None: none, or speculation off)
+    engine: str = "vllm"
+    temperature: float | None = None
+    config_source: str | None = None
+
+    @property
+    def workloads(self) -> tuple[str, ...]:
+        return tuple(self.workload_weights)
+
+    @property
+    def k_max(self) -> int | None:
+        return None if self.k_range is None else self.k_range[1]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import minimize
 
-from specsweep.analysis.acceptance import conditional_from_unconditional, expected_tokens_per_step
+from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.analysis.decay import (
     EPS,
     MODEL_NAMES,
@@ -37,7 +37,7 @@ from specsweep.analysis.decay import (
     saturated_conditional,
     survival,
 )
-from specsweep.analysis.intervals import wilson_interval
+from specsweep.analysis.intervals import PositionEstimate, position_estimates
 from specsweep.errors import FitError
 
 MAX_VARIANCE = 100.0  # cap on an unconstrained parameter's variance where the data do not pin it
@@ -60,21 +60,6 @@ class ModelFit:
     per_position: tuple[float, ...]  # fitted S_1..S_kmax
     conditional: tuple[float, ...]  # fitted p_1..p_kmax
     converged: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PositionEstimate:
-    """What was measured at one position, with Wilson intervals."""
-
-    position: int
-    reached: float  # n_(i-1): steps that accepted every earlier position
-    accepted: float  # n_i
-    per_position: float  # S_i = n_i / n_0
-    per_position_low: float
-    per_position_high: float
-    conditional: float | None  # p_i = n_i / n_(i-1); None when no step reached position i
-    conditional_low: float | None
-    conditional_high: float | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -328,37 +313,6 @@ def rank_models(fitted: list[ModelFit], saturated: ModelFit | None) -> tuple[lis
             "more than any curve: measured positions use the measured rates and the curve only extrapolates"
         )
     return fitted, chosen.name, reason + "."
-
-
-def position_estimates(counts: np.ndarray, *, confidence: float, design_effect: float) -> tuple[PositionEstimate, ...]:
-    """S_i and p_i per measured position, each with its Wilson interval."""
-    n0 = counts[0]
-    per_position = [float(c / n0) for c in counts[1:]]
-    conditional = conditional_from_unconditional(per_position)
-    out = []
-    for i in range(1, counts.size):
-        reached, accepted = float(counts[i - 1]), float(counts[i])
-        s_low, s_high = wilson_interval(accepted, n0, confidence=confidence, design_effect=design_effect)
-        p = conditional[i - 1] if reached > 0 else None
-        p_low, p_high = (
-            wilson_interval(accepted, reached, confidence=confidence, design_effect=design_effect)
-            if reached > 0
-            else (None, None)
-        )
-        out.append(
-            PositionEstimate(
-                position=i,
-                reached=reached,
-                accepted=accepted,
-                per_position=per_position[i - 1],
-                per_position_low=s_low,
-                per_position_high=s_high,
-                conditional=None if p is None else float(p),
-                conditional_low=p_low,
-                conditional_high=p_high,
-            )
-        )
-    return tuple(out)
 
 
 def point_per_position(fit: AcceptanceFit) -> np.ndarray:

@@ -20,16 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specsweep.analysis.drafters import OFF, Candidate, Drafter
 from specsweep.analysis.fits import band
-from specsweep.analysis.throughput import (
-    OFF,
-    AcceptanceInput,
-    Candidate,
-    Drafter,
-    RateSample,
-    ThroughputModel,
-    sample_rates,
-)
+from specsweep.analysis.rates import AcceptanceInput, RateSample, sample_rates
+from specsweep.analysis.throughput import ThroughputModel
 from specsweep.errors import FitError
 from specsweep.types import BatchSizeRange
 
@@ -160,31 +154,23 @@ def recommend_draft_length(
     )
 
 
-def _label(candidate: Candidate) -> str:
-    if candidate.off:
-        return "speculation off"
-    drafter = candidate.drafter
-    assert drafter is not None
-    return f"{drafter.method} ({drafter.draft_sample_method}) k={candidate.num_speculative_tokens}"
-
-
 def _reason(
     sample: RateSample, best: int, chosen: int, low: np.ndarray, high: np.ndarray, confidence: float, equivalence: float
 ) -> str:
     top, choice = sample.candidates[best], sample.candidates[chosen]
     rate = sample.tokens_per_s
     if chosen == best:
-        text = f"{_label(top)} has the highest predicted rate ({rate[best]:.1f} tok/s)"
+        text = f"{top.label} has the highest predicted rate ({rate[best]:.1f} tok/s)"
         others = [j for j in range(len(rate)) if j != best]
         if others:
             runner = min(others, key=lambda j: rate[best] - rate[j])
             text += (
-                f"; next is {_label(sample.candidates[runner])}, {rate[best] - rate[runner]:.2f} tok/s slower "
+                f"; next is {sample.candidates[runner].label}, {rate[best] - rate[runner]:.2f} tok/s slower "
                 f"({confidence:.0%} interval {low[runner]:.2f} to {high[runner]:.2f})"
             )
         return text + (": turn speculation off." if top.off else ".")
     return (
-        f"{_label(top)} predicts the most ({rate[best]:.1f} tok/s), but {_label(choice)} is not clearly slower: "
+        f"{top.label} predicts the most ({rate[best]:.1f} tok/s), but {choice.label} is not clearly slower: "
         f"the paired difference is {rate[best] - rate[chosen]:.2f} tok/s ({confidence:.0%} interval "
         f"{low[chosen]:.2f} to {high[chosen]:.2f}, which includes 0; within {equivalence:.0%} of the best), "
         "so the smaller " + ("configuration, speculation off, is recommended." if choice.off else "k is recommended.")

@@ -1,4 +1,4 @@
-"""A rig's step cost, kept apart from any workload, and a new workload's recommendation from it.
+"""A rig's step cost, kept apart from any workload: the records, the fit and the per-level math.
 
 Acceptance depends on the text and the drafter; the time of one decode step depends on the rig
 (model, drafter, hardware, engine flags), on k and on concurrency, not on the text. A rig is the
@@ -25,25 +25,19 @@ acceptance scales by q(k) / q(k0), and its step time mixes drafted and plain ste
 T_W(k) = T_0 + (T(k) - T_0) * q_W(k) / q(k) with T_0 the step time with speculation off. A
 drafter that drafts at every step has q = 1 throughout and none of this changes anything.
 
-Pure: records, fits and comparisons; the rig file's reading and writing live in tuning/rig.py.
+Pure: records and fits. A workload on a rig: analysis/rig_workload.py; the rig file and the
+identity checks: tuning/rig_file.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specsweep.analysis.fits import AcceptanceFit, point_per_position
-from specsweep.analysis.recommendation import Recommendation, recommend_draft_length
-from specsweep.analysis.throughput import (
-    Candidate,
-    Drafter,
-    ThroughputModel,
-    ThroughputObservation,
-    fit_throughput_model,
-)
-from specsweep.errors import ConfigError, FitError
+from specsweep.analysis.drafters import Drafter
+from specsweep.analysis.throughput import ThroughputModel, ThroughputObservation, fit_throughput_model
+from specsweep.errors import FitError
 
 RIG_SCHEMA_VERSION = 1
 
@@ -231,226 +225,40 @@ def fit_rig(levels: Sequence[LevelTiming], *, identity: RigIdentity, shape: Requ
     return Rig(identity=identity, shape=shape, levels=usable, model=fit_throughput_model(observations))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkloadTiming:
-    """A workload's own request overhead and length per concurrency, from its measurement."""
+def tokens_per_step(
+    mean_acceptance_length: float | None, num_drafts: float | None, completion_tokens: Sequence[float]
+) -> float | None:
+    """Tokens per decode step over every step, drafted or not.
 
-    workload: str
-    overhead_s: dict[int, float]  # concurrency -> c_W
-    completion_tokens: dict[int, float]  # concurrency -> M_W
-    measured: dict[int, tuple[Candidate, float]]  # concurrency -> (running configuration, its measured rate)
-    draft_share: dict[int, float] = field(default_factory=dict)  # concurrency -> q_W at the running k
-
-
-def workload_timing(workload: str, levels: Sequence[LevelTiming]) -> WorkloadTiming:
-    """c_W and M_W per concurrency from a workload's measured levels (any k)."""
-    overhead: dict[int, list[float]] = {}
-    completion: dict[int, list[float]] = {}
-    measured: dict[int, tuple[Candidate, float]] = {}
-    shares: dict[int, float] = {}
-    for lv in levels:
-        overhead.setdefault(lv.concurrency, []).append(lv.request_overhead_s)
-        completion.setdefault(lv.concurrency, []).append(lv.completion_tokens)
-        candidate = Candidate(drafter=lv.drafter, num_speculative_tokens=lv.num_speculative_tokens)
-        measured[lv.concurrency] = (candidate, lv.output_tokens_per_s)
-        if lv.drafter is not None and lv.draft_share is not None:
-            shares[lv.concurrency] = lv.draft_share
-    return WorkloadTiming(
-        workload=workload,
-        overhead_s={b: sum(v) / len(v) for b, v in overhead.items()},
-        completion_tokens={b: sum(v) / len(v) for b, v in completion.items()},
-        measured=measured,
-        draft_share=shares,
-    )
-
-
-def running_draft_length(timing: WorkloadTiming, concurrency: int) -> int | None:
-    """The k the workload was measured at (None: not measured there, or with speculation off)."""
-    running = timing.measured.get(concurrency)
-    if running is None or running[0].off:
+    The counters' mean acceptance length, 1 + accepted / drafts, is per drafting step. Drafters
+    that draft only sometimes (n-gram lookup drafts where the text repeats) leave other steps
+    undrafted; each step emits one token plus its accepted drafts, so the requests' M - 1 decode
+    tokens took (M - 1) - accepted steps in all.
+    """
+    if not mean_acceptance_length or not num_drafts:
         return None
-    return running[0].num_speculative_tokens
+    accepted = (float(mean_acceptance_length) - 1.0) * float(num_drafts)
+    decode = sum(float(m) - 1.0 for m in completion_tokens)
+    steps = decode - accepted
+    if steps <= 0 or steps < float(num_drafts) * 0.999:
+        return float(mean_acceptance_length)  # every step drafted (or counts from another window): the counters' own
+    return decode / steps
 
 
-def workload_model(rig: Rig, acceptance: Mapping[Drafter, Sequence[float]], timing: WorkloadTiming) -> ThroughputModel:
-    """The rig's levels as this workload would have run them: rates from its E_W(k), c_W and M_W.
-
-    Only levels at a concurrency the workload was measured at, and of drafters it has
-    acceptance for (plus speculation off), are kept. The observations carry no workload name, so
-    nothing in the model counts as a measured rate of this workload. Draft shares (module doc)
-    carry W's per-step acceptance and step time from its running k to the rig's k's.
-    """
-    observations = []
-    for lv in rig.levels:
-        c = timing.overhead_s.get(lv.concurrency)
-        m = timing.completion_tokens.get(lv.concurrency)
-        if c is None or m is None:
-            continue
-        step = lv.decode_step_time_s
-        if lv.drafter is None:
-            e = 1.0
-        elif lv.drafter in acceptance:
-            curve = list(acceptance[lv.drafter])
-            if len(curve) < lv.num_speculative_tokens:
-                continue
-            scale, step = _shared_step(rig, lv, timing)
-            e = 1.0 + scale * sum(curve[: lv.num_speculative_tokens])
-        else:
-            continue
-        rate = lv.concurrency * m / (c + (m - 1.0) * step / e)
-        observations.append(
-            ThroughputObservation(
-                num_speculative_tokens=lv.num_speculative_tokens,
-                concurrency=lv.concurrency,
-                output_tokens_per_s=rate,
-                tokens_per_step=e,
-                drafter=lv.drafter,
-                weight=float(lv.requests),
-            )
-        )
-    if not observations:
-        raise FitError(
-            f"the rig has no level at the concurrency levels {sorted(timing.overhead_s)} measured for "
-            f"{timing.workload}; measure at the rig's levels {list(rig.concurrency_levels)}."
-        )
-    return fit_throughput_model(observations)
+def draft_share(
+    num_drafts: float | None, completion_tokens: Sequence[float], per_step: float | None, counted_drafts: float | None
+) -> float | None:
+    """Drafts per decode step: 0 when the counters ran and counted none, None when not known."""
+    if not num_drafts:
+        return 0.0 if counted_drafts == 0 else None
+    decode = sum(float(m) - 1.0 for m in completion_tokens)
+    if not per_step or decode <= 0:
+        return None
+    return min(1.0, float(num_drafts) * per_step / decode)
 
 
-def workload_acceptance_scale(
-    rig: Rig, drafter: Drafter, timing: WorkloadTiming, concurrency: int, k_max: int
-) -> dict[int, float]:
-    """q(k) / q(k0) per k for the workload at one concurrency ({} when nothing scales)."""
-    running = running_draft_length(timing, concurrency)
-    if running is None:
-        return {}
-    return rig.acceptance_scale(drafter, running, concurrency, k_max)
-
-
-def _shared_step(rig: Rig, lv: LevelTiming, timing: WorkloadTiming) -> tuple[float, float]:
-    """(q(k) / q(k0), T_W(k)) for one of the rig's drafting levels, as the workload would run it."""
-    assert lv.drafter is not None
-    scale = workload_acceptance_scale(rig, lv.drafter, timing, lv.concurrency, lv.num_speculative_tokens)
-    factor = scale.get(lv.num_speculative_tokens, 1.0)
-    q_rig = 1.0 if lv.draft_share is None else lv.draft_share
-    q_running = timing.draft_share.get(lv.concurrency)
-    off_steps = [o.decode_step_time_s for o in rig.levels if o.drafter is None and o.concurrency == lv.concurrency]
-    if q_rig <= 0 or q_running is None or not off_steps:
-        return factor, lv.decode_step_time_s
-    t_off = sum(off_steps) / len(off_steps)
-    q_w = min(1.0, q_running * factor)
-    return factor, t_off + (lv.decode_step_time_s - t_off) * q_w / q_rig
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RigRecommendation:
-    """The recommended k for one workload at one concurrency, from a rig and one measurement."""
-
-    recommendation: Recommendation
-    running: Candidate | None  # the configuration the workload was measured under
-    running_tokens_per_s: float | None  # its measured rate
-    measured_positions: int  # K: acceptance positions the measurement counted
-    k_max: int  # the largest k considered
-    extrapolated_positions: tuple[int, ...]  # positions the chosen k needs from the decay model
-    acceptance_model: str  # the decay model that carries acceptance past K
-    step_time_extrapolated: bool  # the chosen k lies outside the rig's measured draft lengths
-
-
-def recommend_with_rig(
-    rig: Rig,
-    fits: Mapping[Drafter, AcceptanceFit],
-    timing: WorkloadTiming,
-    *,
-    k_max: int | None = None,
-    confidence: float = 0.95,
-    draws: int = 400,
-    seed: int = 0,
-) -> tuple[RigRecommendation, ...]:
-    """Per concurrency level the workload and the rig share: recommended k, band, gain over the running one."""
-    if not fits:
-        raise FitError(f"{timing.workload} has no acceptance counts: measure it with speculation on.")
-    top = k_max or max((k for d in rig.drafters for k in rig.draft_lengths(d)), default=1)
-    points = {d: point_per_position(f) for d, f in fits.items()}
-    model = workload_model(rig, points, timing)
-    out = []
-    for level in model.concurrency_levels:
-        running, running_rate = timing.measured.get(level, (None, None))
-        baseline = running if running is not None and not running.off else None
-        scales = {d: workload_acceptance_scale(rig, d, timing, level, top) for d in fits}
-        rec = recommend_draft_length(
-            model, fits, concurrency=level, workload=timing.workload, baseline=baseline, k_max=top,
-            confidence=confidence, draws=draws, seed=seed, acceptance_scale={d: v for d, v in scales.items() if v},
-        )  # fmt: skip
-        choice = rec.choice
-        fit = fits.get(choice.drafter) if choice.drafter is not None else None
-        measured = fit.measured_positions if fit is not None else max(f.measured_positions for f in fits.values())
-        needed = tuple(range(measured + 1, choice.num_speculative_tokens + 1))
-        known = rig.draft_lengths(choice.drafter, level) if choice.drafter is not None else ()
-        out.append(
-            RigRecommendation(
-                recommendation=rec,
-                running=running,
-                running_tokens_per_s=running_rate,
-                measured_positions=measured,
-                k_max=top,
-                extrapolated_positions=needed,
-                acceptance_model=(fit or next(iter(fits.values()))).chosen,
-                step_time_extrapolated=not choice.off and choice.num_speculative_tokens not in known,
-            )
-        )
-    return tuple(out)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class IdentityDifference:
-    """One field where a rig and a server (or a study's server config) differ."""
-
-    field: str
-    rig: Any
-    other: Any
-
-
-IDENTITY_FIELDS = ("engine", "engine_version", "model", "server_args")
-
-
-def compare_identities(rig: RigIdentity, other: RigIdentity) -> tuple[tuple[IdentityDifference, ...], tuple[str, ...]]:
-    """(differences, fields that could not be checked because one side does not know them).
-
-    Facts (``server_facts``) are compared where both sides report them.
-    """
-    differences: list[IdentityDifference] = []
-    unchecked: list[str] = []
-    for name in IDENTITY_FIELDS:
-        mine, theirs = getattr(rig, name), getattr(other, name)
-        if mine is None or theirs is None:
-            unchecked.append(name)
-        elif mine != theirs:
-            differences.append(IdentityDifference(field=name, rig=mine, other=theirs))
-    for name in sorted(set(rig.server_facts) & set(other.server_facts)):
-        if rig.server_facts[name] != other.server_facts[name]:
-            differences.append(
-                IdentityDifference(field=name, rig=rig.server_facts[name], other=other.server_facts[name])
-            )
-    return tuple(differences), tuple(unchecked)
-
-
-def check_identity(rig: RigIdentity, other: RigIdentity, *, other_name: str) -> tuple[str, ...]:
-    """The fields left unchecked; ConfigError naming every difference when there is one."""
-    differences, unchecked = compare_identities(rig, other)
-    if differences:
-        shown = "; ".join(_describe(d, other_name) for d in differences)
-        raise ConfigError(
-            f"the rig was measured on another setup ({shown}); measure this setup with specsweep study "
-            "to make a rig of its own."
-        )
-    return unchecked
-
-
-def _describe(difference: IdentityDifference, other_name: str) -> str:
-    if difference.field == "server_args":
-        mine, theirs = list(difference.rig), list(difference.other)
-        only_rig = [a for a in mine if a not in theirs]
-        only_other = [a for a in theirs if a not in mine]
-        parts = [f"only the rig has {' '.join(only_rig)!r}"] if only_rig else []
-        parts += [f"only the {other_name} has {' '.join(only_other)!r}"] if only_other else []
-        return "server_args: " + (", ".join(parts) or "the same flags in another order")
-    return f"{difference.field}: rig {difference.rig!r}, {other_name} {difference.other!r}"
+def decode_steps(num_drafts: float, level: LevelTiming | None) -> float:
+    """Every decode step of a level: its drafting steps, or more when some steps drafted nothing."""
+    if level is None or not num_drafts:
+        return num_drafts
+    return max(num_drafts, level.requests * (level.completion_tokens - 1.0) / level.tokens_per_step)

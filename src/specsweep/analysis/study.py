@@ -17,47 +17,21 @@ Pure: no storage, no I/O. The report and the CLI render what this returns.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from specsweep.analysis.aggregate import fit_aggregate_acceptance
+from specsweep.analysis.drafters import Drafter, candidate_of, drafter_of
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
+from specsweep.analysis.rates import RatePrediction, predict_throughput
 from specsweep.analysis.recommendation import Recommendation, batch_size_table, recommend_draft_length
-from specsweep.analysis.throughput import (
-    Candidate,
-    Drafter,
-    RatePrediction,
-    ThroughputModel,
-    ThroughputObservation,
-    fit_throughput_model,
-    predict_throughput,
-)
+from specsweep.analysis.throughput import ThroughputModel, ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
-from specsweep.types import BatchSizeRange, MeasuredConfig, SpeculativeConfig
+from specsweep.types import BatchSizeRange, LevelFigures, MeasuredConfig, SpeculativeConfig
 
 # Batch sizes the per-batch-size table covers: past the largest measured level its k holds.
 TABLE_MAX_BATCH = 1024
-_NOT_DRAFTER_FIELDS = ("num_speculative_tokens", "draft_sample_method", "num_speculative_tokens_per_batch_size")
-
-
-def drafter_of(spec: SpeculativeConfig | None) -> Drafter | None:
-    """The drafter a spec config runs: everything but its draft length (None: speculation off)."""
-    if spec is None or not spec.num_speculative_tokens:
-        return None
-    fields = {k: v for k, v in json.loads(spec.to_json()).items() if k not in _NOT_DRAFTER_FIELDS}
-    method = str(fields.pop("method", None) or "draft")
-    if fields:
-        method += " " + ",".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in sorted(fields.items()))
-    return Drafter(method=method, draft_sample_method=spec.draft_sample_method)
-
-
-def candidate_of(spec: SpeculativeConfig | None, concurrency: int = 1) -> Candidate:
-    """The candidate a spec config is at a concurrency (a per-batch table picks its k there)."""
-    drafter = drafter_of(spec)
-    k = spec.k_for_batch_size(concurrency) if spec is not None else 0
-    return Candidate(drafter=drafter if k else None, num_speculative_tokens=k if drafter else 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +42,43 @@ class DrafterAcceptance:
     drafter: Drafter
     trial: int
     fit: AcceptanceFit
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadModel:
+    """What a study's measurements say about one workload: acceptance per drafter, step time per
+    (concurrency, drafter). The search decides on it and the report draws it: one model for both."""
+
+    workload: str
+    acceptance: tuple[DrafterAcceptance, ...]
+    throughput: ThroughputModel | None  # None: no level of this workload was measured
+
+    @property
+    def fits(self) -> dict[Drafter, AcceptanceFit]:
+        return {a.drafter: a.fit for a in self.acceptance}
+
+
+def model_workload(
+    configs: Sequence[MeasuredConfig],
+    workload: str,
+    *,
+    k_max: int,
+    confidence: float = 0.95,
+    draws: int = 400,
+    seed: int = 0,
+) -> WorkloadModel:
+    """The acceptance fits and the throughput model of one workload, from the feasible configurations."""
+    feasible = [c for c in configs if c.feasible]
+    acceptance = drafter_acceptance(feasible, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
+    observations = study_observations(feasible, workload)
+    throughput = fit_throughput_model(observations) if observations else None
+    return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput)
+
+
+def study_k_max(configs: Sequence[MeasuredConfig], k_max: int | None) -> int:
+    """The longest draft the analysis considers: the searched range's, or the longest measured."""
+    largest = max((c.spec.num_speculative_tokens or 0 for c in configs if c.spec is not None), default=0)
+    return max(k_max or 0, largest, 1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,8 +142,7 @@ def analyze_study(
     measured = [c for c in configs if c.feasible]
     if not measured:
         raise FitError("the study has no successfully measured configuration to analyse; run more trials.")
-    largest = max((c.spec.num_speculative_tokens or 0 for c in measured if c.spec is not None), default=0)
-    k_max = max(k_max or 0, largest, 1)
+    k_max = study_k_max(measured, k_max)
     notes: list[str] = []
     acceptance: list[DrafterAcceptance] = []
     models: dict[str, ThroughputModel] = {}
@@ -140,18 +150,17 @@ def analyze_study(
     recommendations: list[Recommendation] = []
     snippets: list[SnippetPlan] = []
     for workload in workloads:
-        fits = _acceptance_fits(measured, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
-        acceptance.extend(fits)
-        observations = _observations(measured, workload)
-        levels = [b for b in concurrency_levels if any(o.concurrency == b for o in observations)]
-        if not observations or not levels:
+        fitted = model_workload(measured, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
+        acceptance.extend(fitted.acceptance)
+        model = fitted.throughput
+        levels = [b for b in concurrency_levels if model is not None and b in model.concurrency_levels]
+        if model is None or not levels:
             notes.append(f"{workload}: no level was measured successfully; nothing to recommend.")
             continue
-        model = fit_throughput_model(observations)
         models[workload] = model
-        by_drafter = {f.drafter: f.fit for f in fits}
-        unfitted = {o.drafter for o in observations if o.drafter is not None} - set(by_drafter)
-        for drafter in sorted(unfitted, key=lambda d: (d.method, d.draft_sample_method)):
+        by_drafter = fitted.fits
+        unfitted = {o.drafter for o in model.observations if o.drafter is not None} - set(by_drafter)
+        for drafter in sorted(unfitted):
             notes.append(
                 f"{workload}: {drafter.method} ({drafter.draft_sample_method}) has no per-position acceptance "
                 "counts, so only its measured points are shown; it is not a candidate of the model."
@@ -192,33 +201,30 @@ def analyze_study(
     )
 
 
-def _row(config: MeasuredConfig, workload: str, concurrency: int | str) -> dict | None:
-    return config.results.get(workload, {}).get(str(concurrency))
-
-
-def _acceptance_fits(
+def drafter_acceptance(
     configs: Sequence[MeasuredConfig], workload: str, *, k_max: int, confidence: float, draws: int, seed: int
 ) -> list[DrafterAcceptance]:
-    """Per drafter, the fit from the trial that drafted the most positions (levels summed)."""
+    """Per drafter, the acceptance fit of one workload: from the trial that drafted the most
+    positions, its levels' counts summed; drafters without per-position counters get the
+    aggregate geometric fit. The search and the report both fit acceptance here."""
     best: dict[Drafter, tuple[int, MeasuredConfig]] = {}
     for config in configs:
         drafter = drafter_of(config.spec)
         if drafter is None or config.spec is None or config.spec.num_speculative_tokens_per_batch_size:
             continue
-        rows = [r for r in config.results.get(workload, {}).values() if r.get("accepted_per_position")]
+        rows = [r for r in config.results.get(workload, {}).values() if r.accepted_per_position]
         if not rows:
             continue
-        depth = len(rows[0]["accepted_per_position"])
+        depth = len(rows[0].accepted_per_position or ())
         if drafter not in best or depth > best[drafter][0]:
             best[drafter] = (depth, config)
     out = _aggregate_fits(configs, workload, set(best), k_max=k_max, confidence=confidence, draws=draws, seed=seed)
     for drafter, (depth, config) in sorted(
         best.items(), key=lambda item: (item[0].method, item[0].draft_sample_method)
     ):
-        rows = [r for r in config.results[workload].values() if r.get("accepted_per_position")]
-        rows = [r for r in rows if len(r["accepted_per_position"]) == depth]
-        drafts = sum(float(r["num_drafts"]) for r in rows)
-        counts = [sum(float(r["accepted_per_position"][i]) for r in rows) for i in range(depth)]
+        rows = [r for r in config.results[workload].values() if len(r.accepted_per_position or ()) == depth]
+        drafts = sum(float(r.num_drafts or 0.0) for r in rows)
+        counts = [sum(float((r.accepted_per_position or ())[i]) for r in rows) for i in range(depth)]
         try:
             fit = fit_acceptance(
                 num_drafts=drafts, accepted_per_position=counts, k_max=k_max, confidence=confidence, draws=draws,
@@ -236,9 +242,9 @@ def _aggregate_fits(
     """Geometric fits for drafters measured without per-position counters (only a mean
     acceptance length over a known number of drafts), from their longest draft length."""
 
-    def rows_of(config: MeasuredConfig) -> list[dict]:
+    def rows_of(config: MeasuredConfig) -> list[LevelFigures]:
         rows = config.results.get(workload, {}).values()
-        return [r for r in rows if r.get("num_drafts") and r.get("mean_acceptance_length")]
+        return [r for r in rows if r.num_drafts and r.mean_acceptance_length]
 
     best: dict[Drafter, MeasuredConfig] = {}
     for config in configs:
@@ -251,8 +257,8 @@ def _aggregate_fits(
     out = []
     for drafter, config in best.items():
         k, rows = _k(config), rows_of(config)
-        drafts = sum(float(r["num_drafts"]) for r in rows)
-        accepted = sum(float(r["num_drafts"]) * (float(r["mean_acceptance_length"]) - 1.0) for r in rows)
+        drafts = sum(float(r.num_drafts or 0.0) for r in rows)
+        accepted = sum(float(r.num_drafts or 0.0) * (float(r.mean_acceptance_length or 1.0) - 1.0) for r in rows)
         try:
             fit = fit_aggregate_acceptance(num_speculative_tokens=k, requests=[(drafts * k, accepted)], **args)
         except FitError:
@@ -265,18 +271,20 @@ def _k(config: MeasuredConfig) -> int:
     return (config.spec.num_speculative_tokens or 0) if config.spec is not None else 0
 
 
-def _observations(configs: Sequence[MeasuredConfig], workload: str) -> list[ThroughputObservation]:
+def study_observations(configs: Sequence[MeasuredConfig], workload: str) -> list[ThroughputObservation]:
+    """Every measured level of one workload as a throughput observation, weighted by its requests
+    (a per-batch-size table gives each level the k it ran). The search and the report both build
+    their step-time models from these."""
     out = []
     for config in configs:
-        for level, row in config.results.get(workload, {}).items():
-            rate = row.get("output_tokens_per_s")
+        for concurrency, row in config.results.get(workload, {}).items():
+            rate = row.output_tokens_per_s
             if not rate or rate <= 0:
                 continue
-            concurrency = int(level)
             candidate = candidate_of(config.spec, concurrency)
             tokens_per_step = 1.0
             if not candidate.off:
-                length = row.get("mean_acceptance_length")
+                length = row.mean_acceptance_length
                 if not length:
                     continue  # drafted but no acceptance: its step time is unknown
                 tokens_per_step = float(length)
@@ -288,7 +296,7 @@ def _observations(configs: Sequence[MeasuredConfig], workload: str) -> list[Thro
                     tokens_per_step=tokens_per_step,
                     drafter=candidate.drafter,
                     workload=workload,
-                    weight=float(row.get("requests") or 1),
+                    weight=float(row.requests or 1),
                 )
             )
     return out

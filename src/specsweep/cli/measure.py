@@ -10,14 +10,21 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from specsweep.cli.options import check_levels, one_of
-from specsweep.cli.rig import print_rig_recommendation, recommend_on_rig
+from specsweep.cli.printers import print_measurement, print_rig_recommendation
 from specsweep.config import parse_concurrency
 from specsweep.errors import ConfigError
 from specsweep.runtime.client import api_key_from_env
 from specsweep.runtime.identity import read_server_identity
-from specsweep.runtime.measure import LevelResult, Measurement, MeasureSettings, run_measure
+from specsweep.runtime.measure import (
+    LevelStarted,
+    MeasureSettings,
+    RequestDone,
+    WarmingUp,
+    run_measure,
+)
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
-from specsweep.tuning.rig import check_server_against_rig, load_rig
+from specsweep.tuning.rig import recommend_for_measurement
+from specsweep.tuning.rig_file import check_server_against_rig, load_rig
 from specsweep.workload import load_workload
 
 
@@ -104,17 +111,16 @@ def measure(
         tasks: dict[int | None, int] = {}
         tokens: dict[int | None, int] = {}
 
-        def on_event(kind: str, data: dict) -> None:
-            level = data.get("concurrency")
+        def on_event(event: WarmingUp | LevelStarted | RequestDone) -> None:
+            level = event.concurrency
             name = f"{level} concurrent" if level else f"{rate}/s open loop"
-            if kind == "warmup":
+            if isinstance(event, WarmingUp):
                 tasks[level] = progress.add_task(f"{name}: warming up", total=settings.requests, rate="")
                 tokens[level] = 0
-            elif kind == "level":
+            elif isinstance(event, LevelStarted):
                 progress.update(tasks[level], description=f"{name}: measuring")
-            elif kind == "request":
-                record = data["record"]
-                tokens[level] += record.completion_tokens or 0
+            elif isinstance(event, RequestDone):
+                tokens[level] += event.record.completion_tokens or 0
                 elapsed = progress.tasks[tasks[level]].elapsed or 0.0
                 live = f"{tokens[level] / elapsed:,.1f} tok/s" if elapsed else ""
                 progress.update(tasks[level], advance=1, rate=live)
@@ -128,76 +134,5 @@ def measure(
     if result.error:
         raise ConfigError(f"measurement stopped: {result.error} (levels measured before it are shown above)")
     if loaded_rig is not None and identity is not None:
-        on_rig = recommend_on_rig(loaded_rig, result, identity, drafter=drafter, seed=seed)
+        on_rig = recommend_for_measurement(loaded_rig, result, identity, drafter=drafter, seed=seed)
         print_rig_recommendation(out, loaded_rig, rig, on_rig, unchecked=unchecked)
-
-
-def _range(low: float, high: float, digits: int = 1) -> str:
-    return f"{low:.{digits}f}-{high:.{digits}f}"
-
-
-def print_measurement(out: Console, result: Measurement) -> None:
-    """The summary, shaped like the field report."""
-    s = result.settings
-    out.print(
-        f"[bold]{result.endpoint}[/bold]  engine {result.engine or 'unknown'}, model {result.model}, "
-        f"workload {result.workload}"
-    )
-    out.print(
-        f"{s.requests} requests x {s.max_tokens} tokens per level, temperature {s.temperature:g}, "
-        "token counts from usage"
-    )
-    for level in result.levels:
-        _print_level(out, level)
-
-
-def _print_level(out: Console, level: LevelResult) -> None:
-    m = level.summary
-    label = "single stream" if m.concurrency == 1 else f"{m.concurrency} concurrent"
-    out.print(f"\n[bold]{label}[/bold]  ({m.requests} requests, {m.errors} failed, {m.wall_s:.1f} s)")
-    decode, ttft = m.decode_tokens_per_s_per_stream, m.ttft_s
-    if m.output_tokens_per_s is not None:
-        busy = ""
-        if m.saturated_output_tokens_per_s is not None and m.concurrency > 1:
-            busy = f" ({m.saturated_output_tokens_per_s:.1f} while all {m.concurrency} streams were busy)"
-        out.print(f"  {m.output_tokens_per_s:8.1f} tok/s aggregate output, wall clock{busy}")
-    if decode is not None:
-        out.print(
-            f"  {decode.p50:8.1f} tok/s decode per stream (p50; {_range(decode.min, decode.max)} across requests)"
-        )
-    if ttft is not None:
-        out.print(f"  TTFT {_range(ttft.min, ttft.max, 3)} s (p50 {ttft.p50:.3f}, p95 {ttft.p95:.3f})")
-    if m.prefill_tokens_per_s is not None:
-        out.print(f"  prefill {m.prefill_tokens_per_s.max:,.0f} tok/s peak (prompt tokens / TTFT)")
-    if m.tokens_per_chunk is not None:
-        out.print(
-            f"  {m.tokens_per_chunk:.2f} tokens per streamed chunk ({m.chunks_per_request:.0f} chunks per request)"
-        )
-    if m.server_generation_tokens_per_s is not None:
-        ratio = f" ({m.server_to_client_ratio:.2f}x the client's)" if m.server_to_client_ratio else ""
-        out.print(f"  server-reported generation {m.server_generation_tokens_per_s:.1f} tok/s{ratio}")
-    acceptance = m.acceptance
-    if acceptance is not None:
-        out.print(
-            "  acceptance per position "
-            + ", ".join(f"{x:.3f}" for x in acceptance.per_position)
-            + "  (conditional "
-            + ", ".join(f"{x:.3f}" for x in acceptance.conditional)
-            + ")"
-        )
-        out.print(
-            f"  mean acceptance length {acceptance.mean_acceptance_length:.2f}, draft acceptance "
-            f"{100 * acceptance.draft_acceptance_rate:.1f}%, {acceptance.num_drafts:,} drafts"
-        )
-    client = m.client_acceptance
-    if client is not None and client.draft_acceptance_rate is not None:
-        out.print(
-            f"  per-request timings: {client.accepted_tokens:,} of {client.drafted_tokens:,} drafted tokens "
-            f"accepted ({100 * client.draft_acceptance_rate:.1f}%)"
-        )
-    if client is not None and client.mean_acceptance_length is not None:
-        out.print(f"  per-request accept length {client.mean_acceptance_length:.2f} tokens per verification step")
-    if m.gauge_accept_length is not None:
-        out.print(f"  server accept-length gauge {m.gauge_accept_length:.2f}")
-    for note in level.notes:
-        out.print(f"  [yellow]note:[/yellow] {note}")

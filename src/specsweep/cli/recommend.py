@@ -5,14 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
-from specsweep.analysis.study import StudyAnalysis
 from specsweep.cli.options import one_of
 from specsweep.errors import ConfigError
 from specsweep.report.snippets import FORMATS, render_snippet, snippet_format_for
-from specsweep.report.study_report import recommendation_summary
-from specsweep.tuning.recommend import analyze_stored_study, load_stored_study
+from specsweep.tuning.stored import analyze_stored_study, load_stored_study
 
 
 def recommend(
@@ -34,31 +31,11 @@ def recommend(
     carry a num_speculative_tokens_per_batch_size table.
     """
     study = load_stored_study(folder, storage=storage, name=study_name)
-    analysis, _, settings = analyze_stored_study(study)
-    fmt = fmt or snippet_format_for(settings["engine"])
+    stored = analyze_stored_study(study)
+    analysis = stored.analysis
+    fmt = fmt or snippet_format_for(stored.settings.engine)
     chosen = workload or analysis.workloads[0]
     if chosen not in analysis.workloads:
         raise ConfigError(f"the study measured no workload {chosen!r}; it has {', '.join(analysis.workloads)}.")
     plan = analysis.snippet(chosen)
     typer.echo(render_snippet(plan.spec if plan else None, fmt))
-
-
-def print_analysis(out: Console, analysis: StudyAnalysis, fmt: str) -> None:
-    """The recommendation per workload and concurrency, why, and the snippet per workload."""
-    out.print(
-        "\n[bold]recommended[/bold] (fitted acceptance x modelled step time; aggregate output tok/s, 95% intervals)"
-    )
-    for rec in analysis.recommendations:
-        out.print(f"  {recommendation_summary(rec)}")
-        out.print(f"    [dim]{rec.reason}[/dim]")
-    for note in analysis.notes:
-        out.print(f"  [yellow]note:[/yellow] {note}")
-    for workload in analysis.workloads:
-        plan = analysis.snippet(workload)
-        if plan is None:
-            continue
-        if plan.table:
-            out.print(f"{workload}: k by concurrency {plan.k_by_concurrency}, as vLLM's per-batch-size table:")
-        elif len(analysis.workloads) > 1:
-            out.print(f"{workload}:")
-        out.print(render_snippet(plan.spec, fmt), highlight=False, markup=False)

@@ -9,11 +9,12 @@ import typer
 from rich.console import Console
 
 from specsweep.cli.options import one_of
-from specsweep.cli.recommend import print_analysis
+from specsweep.cli.printers import print_analysis
 from specsweep.report.figures import TrialPoint
 from specsweep.report.snippets import FORMATS, snippet_format_for
 from specsweep.report.study_report import write_report
-from specsweep.tuning.recommend import analyze_stored_study, load_stored_study
+from specsweep.tuning.records import read_trials
+from specsweep.tuning.stored import analyze_stored_study, load_stored_study
 
 
 def trial_history(study: optuna.Study) -> list[TrialPoint]:
@@ -23,9 +24,9 @@ def trial_history(study: optuna.Study) -> list[TrialPoint]:
             number=t.number,
             state=t.state.name,
             value=t.value,
-            label=t.user_attrs.get("spec") or "speculation off",
+            label=t.spec.to_json() if t.spec else "speculation off",
         )
-        for t in study.get_trials(deepcopy=False)
+        for t in read_trials(study)
     ]
 
 
@@ -46,8 +47,9 @@ def report(
     a copied study folder reports with no server.
     """
     study = load_stored_study(folder, storage=storage, name=study_name)
-    analysis, configs, settings = analyze_stored_study(study)
-    fmt = fmt or snippet_format_for(settings["engine"])
+    stored = analyze_stored_study(study)
+    analysis, configs, settings = stored.analysis, stored.configs, stored.settings
+    fmt = fmt or snippet_format_for(settings.engine)
     target = out or (Path(folder) / "report" if folder is not None else Path(f"{study.study_name}-report"))
     files = write_report(
         analysis, configs, settings, trial_history(study), target, name=study.study_name, snippet_format=fmt

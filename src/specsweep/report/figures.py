@@ -21,20 +21,10 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from specsweep.analysis.drafters import Drafter, drafter_label
 from specsweep.analysis.study import StudyAnalysis
-from specsweep.analysis.throughput import Candidate, Drafter
 
 DPI = 110
-
-
-def drafter_label(drafter: Drafter | None) -> str:
-    return "speculation off" if drafter is None else f"{drafter.method} {drafter.draft_sample_method}"
-
-
-def candidate_label(candidate: Candidate) -> str:
-    if candidate.off:
-        return "speculation off"
-    return f"k={candidate.num_speculative_tokens} {drafter_label(candidate.drafter)}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,7 +163,7 @@ def throughput_figure_data(analysis: StudyAnalysis, workload: str) -> FigureData
         if rec is not None:
             series.append(
                 Series(
-                    label=f"recommended: {candidate_label(rec.choice)}",
+                    label=f"recommended: {rec.choice.label}",
                     x=(float(rec.choice.num_speculative_tokens),),
                     y=(rec.tokens_per_s,),
                     style="marker",

@@ -11,21 +11,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from specsweep.analysis.drafters import drafter_label
 from specsweep.analysis.recommendation import Gain, Recommendation
 from specsweep.analysis.study import StudyAnalysis
 from specsweep.report import document as doc
 from specsweep.report.figures import (
     TrialPoint,
     acceptance_figure_data,
-    candidate_label,
-    drafter_label,
     history_figure_data,
     render_figure,
     throughput_figure_data,
 )
 from specsweep.report.snippets import render_snippet
 from specsweep.runtime.store import finite_json, write_atomic, write_json_atomic
-from specsweep.types import MeasuredConfig
+from specsweep.types import MeasuredConfig, StudySettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,7 +68,7 @@ def recommendation_rows(analysis: StudyAnalysis) -> list[tuple[str, ...]]:
             (
                 rec.workload,
                 str(rec.concurrency),
-                candidate_label(rec.choice),
+                rec.choice.label,
                 f"{rec.tokens_per_s:.1f} [{rec.tokens_per_s_low:.1f}, {rec.tokens_per_s_high:.1f}]",
                 measured,
                 gain_text(rec.gain_over_off),
@@ -95,7 +94,7 @@ def snippet_for(analysis: StudyAnalysis, workload: str, fmt: str) -> str:
 def write_report(
     analysis: StudyAnalysis,
     configs: Sequence[MeasuredConfig],
-    settings: dict[str, Any],
+    settings: StudySettings,
     history: Sequence[TrialPoint],
     folder: Path,
     *,
@@ -148,12 +147,17 @@ def write_report(
 
 
 def results_document(
-    analysis: StudyAnalysis, configs: Sequence[MeasuredConfig], settings: dict[str, Any], snippet_format: str
+    analysis: StudyAnalysis, configs: Sequence[MeasuredConfig], settings: StudySettings, snippet_format: str
 ) -> dict[str, Any]:
     """Everything the report shows, as JSON."""
     return finite_json(
         {
-            "settings": {**settings, "baseline": settings["baseline"].to_json() if settings.get("baseline") else None},
+            "settings": {
+                **asdict(settings),
+                "workloads": list(settings.workloads),
+                "k_max": settings.k_max,
+                "baseline": settings.baseline.to_json() if settings.baseline else None,
+            },
             "recommendations": [asdict(r) for r in analysis.recommendations],
             "snippets": {
                 w: {"format": snippet_format, "text": snippet_for(analysis, w, snippet_format)}
@@ -164,19 +168,24 @@ def results_document(
             "predictions": [asdict(p) for p in analysis.predictions],
             "notes": list(analysis.notes),
             "measured": [
-                {"trial": c.trial, "spec": c.spec.to_json() if c.spec else None, "results": c.results} for c in configs
+                {
+                    "trial": c.trial,
+                    "spec": c.spec.to_json() if c.spec else None,
+                    "results": {w: {str(b): asdict(lv) for b, lv in levels.items()} for w, levels in c.results.items()},
+                }
+                for c in configs
             ],
         }
     )
 
 
 def _summary(
-    analysis: StudyAnalysis, configs: Sequence[MeasuredConfig], settings: dict[str, Any], history: Sequence[TrialPoint]
+    analysis: StudyAnalysis, configs: Sequence[MeasuredConfig], settings: StudySettings, history: Sequence[TrialPoint]
 ) -> str:
     failed = sum(t.state == "FAIL" for t in history)
-    temperature = settings.get("temperature")
+    temperature = settings.temperature
     return (
-        f"Engine {settings.get('engine')}, workloads {', '.join(analysis.workloads)}, concurrency "
+        f"Engine {settings.engine}, workloads {', '.join(analysis.workloads)}, concurrency "
         f"{', '.join(map(str, analysis.concurrency_levels))} (objective at {analysis.objective_concurrency}), "
         + (f"temperature {temperature:g}, " if temperature is not None else "")
         + f"draft lengths up to {analysis.k_max}; {len(configs)} configurations measured, {failed} trials failed. "
@@ -245,7 +254,7 @@ def recommendation_summary(rec: Recommendation) -> str:
     if rec.gain_over_baseline is not None:
         gains.append(f"{gain_text(rec.gain_over_baseline)} vs baseline")
     return (
-        f"{rec.workload} at concurrency {rec.concurrency}: {candidate_label(rec.choice)}, {rec.tokens_per_s:.1f} tok/s "
+        f"{rec.workload} at concurrency {rec.concurrency}: {rec.choice.label}, {rec.tokens_per_s:.1f} tok/s "
         f"[{rec.tokens_per_s_low:.1f}, {rec.tokens_per_s_high:.1f}] predicted{measured}"
         + (f"; {'; '.join(gains)}" if gains else "")
         + (" (smaller k: not clearly slower)" if rec.tie_rule_applied else "")

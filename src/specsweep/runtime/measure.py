@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,11 +16,34 @@ from specsweep.errors import MetricsError, RequestError
 from specsweep.runtime.client import AUTH_REFUSED, StreamingClient, auth_refused_message
 from specsweep.runtime.driver import PromptCycle, run_closed_loop, run_open_loop
 from specsweep.runtime.scraper import scrape_metrics
-from specsweep.types import MetricsSnapshot, RequestRecord
+from specsweep.types import EventCallback, MetricsSnapshot, RequestRecord
 from specsweep.workload import Workload
 
-EventCallback = Callable[[str, dict[str, Any]], None]
 WARMUP_MAX_TOKENS = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WarmingUp:
+    """A level's warm-up began (concurrency None: the open loop)."""
+
+    concurrency: int | None
+    requests: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LevelStarted:
+    """Warm-up done, counters read: the measured requests of a level begin."""
+
+    concurrency: int | None
+    requests: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestDone:
+    """One measured request finished."""
+
+    concurrency: int | None
+    record: RequestRecord
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,7 +145,7 @@ async def measure(
     on_event: EventCallback | None = None,
 ) -> Measurement:
     """Measure every level in turn. A failure mid-way keeps the levels already measured."""
-    emit = on_event or (lambda kind, data: None)
+    emit = on_event or (lambda event: None)
     headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
     async with httpx.AsyncClient(base_url=settings.endpoint.rstrip("/"), transport=transport, headers=headers) as http:
         model = settings.model or await discover_model(http)
@@ -175,7 +197,7 @@ async def _measure_level(
 ) -> LevelResult:
     streams = concurrency or 1
     warmup = settings.warmup if settings.warmup is not None else streams
-    emit("warmup", {"concurrency": concurrency, "requests": warmup})
+    emit(WarmingUp(concurrency=concurrency, requests=warmup))
     if warmup:
         warm = await run_closed_loop(
             client, prompts, concurrency=streams, requests=warmup,
@@ -184,10 +206,10 @@ async def _measure_level(
         if warm.records and all(not r.ok for r in warm.records):
             raise RequestError(f"every warm-up request failed: {warm.records[0].error}")
     before, note = await _try_scrape(http)
-    emit("level", {"concurrency": concurrency, "requests": settings.requests})
+    emit(LevelStarted(concurrency=concurrency, requests=settings.requests))
 
     def done(record: RequestRecord) -> None:
-        emit("request", {"concurrency": concurrency, "record": record})
+        emit(RequestDone(concurrency=concurrency, record=record))
 
     if settings.rate_per_s:
         run = await run_open_loop(
@@ -226,7 +248,6 @@ async def _measure_level(
         reasons = ", ".join(f"{k} x{v}" for k, v in summary.error_reasons.items())
         notes.append(f"{summary.errors} request(s) failed ({reasons})")
     result = LevelResult(summary=summary, records=run.records, delta=delta, notes=tuple(notes))
-    emit("level_done", {"result": result})
     return result
 
 

@@ -1,15 +1,14 @@
-"""Rig files: made from a stored study, written beside it, read back, checked against a server.
+"""Rigs from measurements: a stored study's rig, and what a rig recommends for a workload.
 
 A study's trials hold every request (trials/trial-NNNN.json); a rig keeps, per measured level,
 the decode step time and the request overhead those requests imply (analysis/rig.py), with the
 engine, version, model and flags the servers ran with. ``studies/NAME/rig.json`` is written at
-the end of every study; ``specsweep rig STUDY_FOLDER`` writes it again from stored data.
+the end of every study; ``specsweep rig STUDY_FOLDER`` writes it again from stored data. The
+file itself and the identity checks: tuning/rig_file.py.
 """
 
 from __future__ import annotations
 
-import json
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,35 +17,35 @@ from typing import Any
 import optuna
 
 from specsweep import __version__
-from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
+from specsweep.analysis.drafters import Candidate, Drafter, candidate_of
+from specsweep.analysis.fits import AcceptanceFit
 from specsweep.analysis.rig import (
     LevelTiming,
     RequestShape,
     Rig,
     RigIdentity,
-    RigRecommendation,
-    WorkloadTiming,
-    check_identity,
+    decode_steps,
+    draft_share,
     fit_rig,
     level_timing,
+    tokens_per_step,
+)
+from specsweep.analysis.rig_workload import (
+    RigRecommendation,
+    WorkloadTiming,
+    acceptance_from_levels,
     recommend_with_rig,
     workload_timing,
 )
-from specsweep.analysis.rig_file import rig_from_dict, rig_to_dict
-from specsweep.analysis.study import candidate_of
-from specsweep.analysis.throughput import Candidate, Drafter
 from specsweep.config import ServerConfig
 from specsweep.engines.registry import server_args_without_spec
-from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError, FitError
 from specsweep.runtime.identity import ServerIdentity
-from specsweep.runtime.launcher import emulator_argv
 from specsweep.runtime.measure import Measurement
-from specsweep.runtime.store import measurement_to_dict, write_json_atomic
-from specsweep.runtime.trial_server import placeholder_values, render_command
+from specsweep.runtime.store import measurement_to_dict
+from specsweep.tuning.records import TrialRecord, read_study_settings, read_trial_file, read_trials
+from specsweep.tuning.rig_file import template_server_args
 from specsweep.types import SpeculativeConfig
-
-RIG_FILE = "rig.json"
 
 
 def level_timings(
@@ -72,58 +71,24 @@ def level_timings(
         acceptance = level.get("acceptance") or {}
         concurrency = int(level["concurrency"])
         candidate = running if running is not None else candidate_of(spec, concurrency)
-        per_step = tokens_per_step(acceptance, records)
+        completion = [float(r["completion_tokens"]) for r in records]
+        per_step = tokens_per_step(acceptance.get("mean_acceptance_length"), acceptance.get("num_drafts"), completion)
         timing = level_timing(
             num_speculative_tokens=candidate.num_speculative_tokens,
             concurrency=concurrency,
             drafter=candidate.drafter,
             output_tokens_per_s=None if not rate else rate / time_scale,
             tokens_per_step=per_step,
-            completion_tokens=[float(r["completion_tokens"]) for r in records],
+            completion_tokens=completion,
             decode_spans_s=spans,
             prompt_tokens=[float(r["prompt_tokens"]) for r in records if r.get("prompt_tokens")],
             workload=str(measurement.get("workload", "")),
             trial=trial,
-            draft_share=draft_share(acceptance, records, per_step, level.get("counted_drafts")),
+            draft_share=draft_share(acceptance.get("num_drafts"), completion, per_step, level.get("counted_drafts")),
         )
         if timing is not None:
             out.append(timing)
     return out
-
-
-def tokens_per_step(acceptance: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> float | None:
-    """Tokens per decode step over every step, drafted or not.
-
-    The counters' mean acceptance length, 1 + accepted / drafts, is per drafting step. Drafters
-    that draft only sometimes (n-gram lookup drafts where the text repeats) leave other steps
-    undrafted; each step emits one token plus its accepted drafts, so the requests' M - 1 decode
-    tokens took (M - 1) - accepted steps in all.
-    """
-    length, drafts = acceptance.get("mean_acceptance_length"), acceptance.get("num_drafts")
-    if not length or not drafts:
-        return None
-    accepted = (float(length) - 1.0) * float(drafts)
-    decode = sum(float(r["completion_tokens"]) - 1.0 for r in records)
-    steps = decode - accepted
-    if steps <= 0 or steps < float(drafts) * 0.999:
-        return float(length)  # every step drafted (or counts from another window): the counters' own
-    return decode / steps
-
-
-def draft_share(
-    acceptance: Mapping[str, Any],
-    records: Sequence[Mapping[str, Any]],
-    per_step: float | None,
-    counted_drafts: float | None,
-) -> float | None:
-    """Drafts per decode step: 0 when the counters ran and counted none, None when not known."""
-    drafts = acceptance.get("num_drafts")
-    if not drafts:
-        return 0.0 if counted_drafts == 0 else None
-    decode = sum(float(r["completion_tokens"]) - 1.0 for r in records)
-    if not per_step or decode <= 0:
-        return None
-    return min(1.0, float(drafts) * per_step / decode)
 
 
 def measured_timings(measurement: Measurement, running: Candidate, *, time_scale: float) -> list[LevelTiming]:
@@ -131,40 +96,21 @@ def measured_timings(measurement: Measurement, running: Candidate, *, time_scale
     return level_timings(measurement_to_dict(measurement), None, time_scale=time_scale, running=running)
 
 
-def template_server_args(server: ServerConfig) -> tuple[str, ...] | None:
-    """The flags a study's server config starts every server with (spec part, host and port left out)."""
-    if server.mode == "emulator":
-        emulator = server.emulator
-        argv = emulator_argv(
-            host=server.host, port=0, speculative_config=None, profile=emulator.profile,
-            time_scale=emulator.time_scale, seed=emulator.seed, extra=list(emulator.extra_args),
-        )  # fmt: skip
-    elif server.start is None:
-        return None  # attach mode: the user starts the server; its flags are not known here
-    else:
-        values = placeholder_values(host=server.host, port=0, spec=None, spec_args=[], model=server.model, trial=0)
-        argv = render_command(server.start, values)
-        if isinstance(server.start, str):
-            argv = shlex.split(argv[-1])
-    return server_args_without_spec(server.engine, argv)
-
-
-def _identity_from_trials(study: optuna.Study, engine: str) -> tuple[RigIdentity, float]:
+def _identity_from_trials(trials: Sequence[TrialRecord], engine: str) -> tuple[RigIdentity, float]:
     """Engine, version, model and flags from the study's trials (every trial must agree)."""
     seen: dict[str, set] = {"engine_version": set(), "model": set(), "server_args": set()}
     facts: dict[str, Any] = {}
     time_scale = 1.0
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        server = trial.user_attrs.get("server")
-        if server:
-            seen["engine_version"].add(server.get("engine_version"))
-            seen["model"].add(server.get("model"))
-            facts.update({k: v for k, v in (server.get("facts") or {}).items() if v is not None})
-            time_scale = float(server.get("time_scale") or 1.0)
-            engine = server.get("engine") or engine
-        argv = trial.user_attrs.get("argv")
-        if argv:
-            seen["server_args"].add(server_args_without_spec(engine, argv))
+    for trial in trials:
+        server = trial.server
+        if server is not None:
+            seen["engine_version"].add(server.engine_version)
+            seen["model"].add(server.model)
+            facts.update({k: v for k, v in server.facts.items() if v is not None})
+            time_scale = server.time_scale
+            engine = server.engine or engine
+        if trial.argv:
+            seen["server_args"].add(server_args_without_spec(engine, list(trial.argv)))
     for name, values in seen.items():
         if len(values - {None}) > 1:
             raise ConfigError(
@@ -184,33 +130,28 @@ def _identity_from_trials(study: optuna.Study, engine: str) -> tuple[RigIdentity
 
 
 def study_level_timings(
-    study: optuna.Study,
+    trials: Sequence[TrialRecord],
     folder: Path,
     *,
     time_scale: float,
     settings: dict[str, Any] | None = None,
     workloads: Sequence[str] | None = None,
 ) -> list[LevelTiming]:
-    """Every measured level of every completed trial, from the trial records beside the study
+    """Every measured level of every measured trial, from the trial files beside the study
     (``settings`` receives the measure settings of the first one)."""
     out: list[LevelTiming] = []
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        attrs = trial.user_attrs
-        if "reused_from" in attrs or not attrs.get("record"):
+    for trial in trials:
+        if not trial.measured:
             continue
-        path = folder / attrs["record"]
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # a copied study folder without its trial records: the trial gives no timing
-        spec_json = attrs.get("spec")
-        spec = None if spec_json is None else validate_speculative_config(json.loads(spec_json))
+        record = read_trial_file(folder, trial)
+        if record is None:
+            continue  # a copied study folder without its trial files: the trial gives no timing
         for name, measurement in record.get("workloads", {}).items():
             if workloads is not None and name not in workloads:
                 continue
             if settings is not None and not settings:
                 settings.update(measurement.get("settings") or {})
-            out.extend(level_timings(measurement, spec, time_scale=time_scale, trial=trial.number))
+            out.extend(level_timings(measurement, trial.spec, time_scale=time_scale, trial=trial.number))
     return out
 
 
@@ -219,20 +160,21 @@ def build_rig(
 ) -> Rig:
     """The rig of a stored study, from every workload's levels or only those named (FitError when
     no trial gives a timing)."""
-    attrs = study.user_attrs
-    identity, time_scale = _identity_from_trials(study, str(attrs.get("engine", "vllm")))
+    trials = read_trials(study, (optuna.trial.TrialState.COMPLETE,))
+    study_settings = read_study_settings(study)
+    identity, time_scale = _identity_from_trials(trials, study_settings.engine)
     if server is not None:
         args = template_server_args(server)
         identity = RigIdentity(**{**_fields(identity), "server_args": args or identity.server_args})
     settings: dict[str, Any] = {}
-    levels = study_level_timings(study, folder, time_scale=time_scale, settings=settings, workloads=workloads)
+    levels = study_level_timings(trials, folder, time_scale=time_scale, settings=settings, workloads=workloads)
     if not levels:
         raise FitError(
             f"no trial of the study in {folder} has request records to time (trials/*.json); a rig needs them."
         )
     shape = RequestShape(
         api=str(settings.get("api", "chat")),
-        temperature=float(settings.get("temperature", attrs.get("temperature")) or 0.0),
+        temperature=float(settings.get("temperature", study_settings.temperature) or 0.0),
         max_tokens=int(settings.get("max_tokens") or max(lv.completion_tokens for lv in levels)),
         workloads=_shape_by_workload(levels),
     )
@@ -254,43 +196,6 @@ def _shape_by_workload(levels: Sequence[LevelTiming]) -> dict[str, dict[str, flo
     return out
 
 
-def write_rig(path: Path, rig: Rig) -> None:
-    write_json_atomic(path, rig_to_dict(rig))
-
-
-def load_rig(path: Path) -> Rig:
-    """A rig file; ConfigError that says what to do when it is missing or unreadable."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read rig file {path}: {exc.strerror or exc}; write one with specsweep rig."
-        ) from None
-    except ValueError as exc:
-        raise ConfigError(f"rig file {path} is not JSON ({exc}).") from None
-    return rig_from_dict(data, source=str(path))
-
-
-def server_identity_as_rig(identity: ServerIdentity, *, server_args: Sequence[str] | None) -> RigIdentity:
-    """A running server's identity in the rig's terms (its flags only when the user gives them)."""
-    engine = identity.engine or "unknown"
-    return RigIdentity(
-        engine=engine,
-        engine_version=identity.engine_version,
-        model=identity.model,
-        server_args=None if server_args is None else server_args_without_spec(engine, list(server_args)),
-        server_facts={k: v for k, v in identity.facts.items() if v is not None},
-        specsweep_version=__version__,
-    )
-
-
-def check_server_against_rig(
-    rig: Rig, identity: ServerIdentity, *, server_args: Sequence[str] | None
-) -> tuple[str, ...]:
-    """Refuse a server that is not the rig's (ConfigError naming the difference); the unchecked fields."""
-    return check_identity(rig.identity, server_identity_as_rig(identity, server_args=server_args), other_name="server")
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadOnRig:
     """A workload measured at the running k, and what the rig recommends for it."""
@@ -300,26 +205,6 @@ class WorkloadOnRig:
     fit: AcceptanceFit
     timing: WorkloadTiming
     recommendations: tuple[RigRecommendation, ...]
-
-
-def acceptance_from_levels(
-    levels: Sequence[tuple[float, Sequence[float]]], *, k_max: int, seed: int = 0
-) -> AcceptanceFit:
-    """One fit from (steps, accepted per position) of several levels (acceptance does not depend on B).
-
-    Pass every decode step as the first number (``decode_steps``), not only the drafting ones:
-    S_i is then per step, and E(k) = 1 + S_1 + ... + S_k holds for a drafter that drafts only
-    sometimes too (its undrafted steps accept nothing at every position)."""
-    usable = [(n, list(c)) for n, c in levels if n and c]
-    if not usable:
-        raise FitError(
-            "the server counted no drafts: it runs with speculation off or publishes no per-position counters; "
-            "run it with the largest k you would consider and measure again."
-        )
-    depth = min(len(c) for _, c in usable)
-    drafts = sum(n for n, _ in usable)
-    counts = [sum(c[i] for _, c in usable) for i in range(depth)]
-    return fit_acceptance(num_drafts=drafts, accepted_per_position=counts, k_max=max(k_max, depth), seed=seed)
 
 
 def recommend_for_workload(
@@ -374,13 +259,6 @@ def recommend_for_measurement(
     running = Candidate(drafter=chosen, num_speculative_tokens=depth)
     levels = measured_timings(measurement, running, time_scale=identity.time_scale)
     return recommend_for_workload(rig, workload=measurement.workload, drafter=chosen, fit=fit, levels=levels, seed=seed)
-
-
-def decode_steps(num_drafts: float, level: LevelTiming | None) -> float:
-    """Every decode step of a level: its drafting steps, or more when some steps drafted nothing."""
-    if level is None or not num_drafts:
-        return num_drafts
-    return max(num_drafts, level.requests * (level.completion_tokens - 1.0) / level.tokens_per_step)
 
 
 def _placeholder(rig: Rig) -> Candidate:

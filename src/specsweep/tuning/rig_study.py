@@ -12,42 +12,29 @@ version and model; any difference is refused with the field named.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
 
-from specsweep.analysis.rig import (
-    LevelTiming,
-    Rig,
-    RigIdentity,
-    check_identity,
-    fit_rig,
-    recommend_with_rig,
-    workload_timing,
-)
-from specsweep.analysis.study import drafter_of
-from specsweep.analysis.throughput import Drafter
+from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of, drafter_of
+from specsweep.analysis.rig import LevelTiming, Rig, RigIdentity, decode_steps, fit_rig
+from specsweep.analysis.rig_workload import acceptance_from_levels, recommend_with_rig, workload_timing
 from specsweep.config import StudyConfig
 from specsweep.errors import ConfigError
-from specsweep.tuning.rig import (
-    RIG_FILE,
-    WorkloadOnRig,
-    acceptance_from_levels,
-    decode_steps,
-    study_level_timings,
-    template_server_args,
-    write_rig,
-)
-from specsweep.tuning.study import StudyPaths, StudyRunner
-
-EventCallback = Callable[[str, dict[str, Any]], None]
+from specsweep.tuning.events import Note
+from specsweep.tuning.records import TrialRecord, read_trials
+from specsweep.tuning.rig import WorkloadOnRig, study_level_timings
+from specsweep.tuning.rig_file import RIG_FILE, check_identity, template_server_args, write_rig
+from specsweep.tuning.study import StudyRunner
+from specsweep.tuning.study_store import StudyPaths
+from specsweep.types import EventCallback
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlannedTrial:
     params: dict[str, Any]
+    candidate: Candidate
     reason: str
 
 
@@ -89,16 +76,20 @@ def plan_trials(rig: Rig, runner: StudyRunner, config: StudyConfig) -> tuple[tup
     reason = f"every workload's acceptance at the largest k ({high}); smaller k follow from it"
     if known and high > max(known):
         reason += f"; also its step time, beyond the rig's k={max(known)}"
-    plan = [PlannedTrial(params=top, reason=reason)]
+    plan = [PlannedTrial(params=top, candidate=candidate_of(spec), reason=reason)]
     if not known and low < high:
         plan.append(
             PlannedTrial(
                 params={"num_speculative_tokens": low, "draft_sample_method": method},
-                reason=f"the rig has no {drafter.method} ({drafter.draft_sample_method}): a second k for its step time",
+                candidate=Candidate(drafter=drafter, num_speculative_tokens=low),
+                reason=f"the rig has no {drafter.label}: a second k for its step time",
             )
         )
     if config.search.no_speculation and not all(rig.has_off(b) for b in config.measure.concurrency):
-        plan.append(PlannedTrial(params=space.params_for(None), reason="speculation off: the rig has no off point"))
+        off = PlannedTrial(
+            params=space.params_for(None), candidate=OFF, reason="speculation off: the rig has no off point"
+        )
+        plan.append(off)
     return tuple(plan), drafter
 
 
@@ -114,20 +105,21 @@ def run_rig_study(
 ) -> RigStudyOutcome:
     """Measure what the rig cannot answer, then recommend per workload and concurrency from the rig."""
     check_config_against_rig(rig, config)
-    emit = on_event or (lambda kind, data: None)
-    # Only the planned trials run: no grid, no baseline or off trial queued on creation.
-    quiet = replace(config, sampler="random", search=replace(config.search, baseline=None, no_speculation=False))
-    runner = StudyRunner(quiet, paths, resume=resume, on_event=on_event, worker=worker)
+    emit = on_event or (lambda event: None)
+    # Only the planned configurations run: nothing is queued when the study is created.
+    runner = StudyRunner(config, paths, resume=resume, on_event=on_event, worker=worker, queue_initial=False)
     plan, drafter = plan_trials(rig, runner, config)
     for item in plan:
-        emit("note", {"text": f"restart planned: {_describe(item.params)}: {item.reason}"})
-        runner.study.enqueue_trial(item.params, skip_if_exists=True)
-    starts = runner.run(max_trials=1).restarts
-    unchecked = _check_running_server(rig, runner.study)
-    if len(plan) > 1:
-        starts += runner.run(max_trials=len(plan) - 1).restarts
-    merged, levels, notes = _merge(rig, runner, paths, config)
-    results = _recommend(merged, runner.study, levels, drafter, config)
+        emit(Note(text=f"restart planned: {item.candidate.short_label}: {item.reason}"))
+    starts = 0
+    unchecked: tuple[str, ...] = ()
+    for number, item in enumerate(plan):
+        starts += runner.measure(item.params) in ("measured", "failed")
+        if number == 0:
+            unchecked = _check_running_server(rig, read_trials(runner.study))
+    trials = read_trials(runner.study, (optuna.trial.TrialState.COMPLETE,))
+    merged, levels, notes = _merge(rig, trials, paths)
+    results = _recommend(merged, trials, levels, drafter, config)
     result_check = None
     if check and results:
         target = next(
@@ -138,12 +130,12 @@ def run_rig_study(
         params = {"num_speculative_tokens": k, "draft_sample_method": plan[0].params["draft_sample_method"]}
         if k == 0:
             params = runner.space.params_for(None)
-        measured = _measured_rates(runner.study, params)
+        measured = _measured_rates(read_trials(runner.study), params)
         if measured is None:
-            emit("note", {"text": f"checking the predicted optimum: {_describe(params)}"})
-            runner.study.enqueue_trial(params)
-            starts += runner.run(max_trials=1).restarts
-            measured = _measured_rates(runner.study, params) or {}
+            label = candidate_of(runner.space.config_from_params(params)).short_label
+            emit(Note(text=f"checking the predicted optimum: {label}"))
+            starts += runner.measure(params) in ("measured", "failed")
+            measured = _measured_rates(read_trials(runner.study), params) or {}
         rows = tuple(
             (res.workload, level, _predicted(item, k), measured.get((res.workload, level)))
             for res in results
@@ -158,32 +150,25 @@ def run_rig_study(
     )  # fmt: skip
 
 
-def _describe(params: dict[str, Any]) -> str:
-    k = int(params.get("num_speculative_tokens") or 0)
-    return "speculation off" if not k else f"k={k}"
-
-
-def _check_running_server(rig: Rig, study: optuna.Study) -> tuple[str, ...]:
+def _check_running_server(rig: Rig, trials: list[TrialRecord]) -> tuple[str, ...]:
     """Version and model as the first server reported them, against the rig's."""
-    for trial in study.get_trials(deepcopy=False):
-        server = trial.user_attrs.get("server")
-        if server:
+    for trial in trials:
+        if trial.server is not None:
             seen = RigIdentity(
                 engine=rig.identity.engine,
-                engine_version=server.get("engine_version"),
-                model=server.get("model"),
-                server_facts={k: v for k, v in (server.get("facts") or {}).items() if v is not None},
+                engine_version=trial.server.engine_version,
+                model=trial.server.model,
+                server_facts={k: v for k, v in trial.server.facts.items() if v is not None},
             )
             unchecked = check_identity(rig.identity, seen, other_name="study's server")
             return tuple(f for f in unchecked if f != "server_args")  # checked against the config already
     raise ConfigError("the study's first server did not start, so the rig could not be checked; see the trial log.")
 
 
-def _merge(
-    rig: Rig, runner: StudyRunner, paths: StudyPaths, config: StudyConfig
-) -> tuple[Rig, list[LevelTiming], list[str]]:
+def _merge(rig: Rig, trials: list[TrialRecord], paths: StudyPaths) -> tuple[Rig, list[LevelTiming], list[str]]:
     """The rig plus this study's points where the rig had none (same k, level and drafter)."""
-    levels = study_level_timings(runner.study, paths.folder, time_scale=_time_scale(runner.study))
+    time_scale = next((t.server.time_scale for t in trials if t.server is not None), 1.0)
+    levels = study_level_timings(trials, paths.folder, time_scale=time_scale)
     covered = {(lv.num_speculative_tokens, lv.concurrency, lv.drafter) for lv in rig.levels}
     new = [lv for lv in levels if (lv.num_speculative_tokens, lv.concurrency, lv.drafter) not in covered]
     notes = [
@@ -195,19 +180,12 @@ def _merge(
     return merged, levels, notes
 
 
-def _time_scale(study: optuna.Study) -> float:
-    for trial in study.get_trials(deepcopy=False):
-        server = trial.user_attrs.get("server")
-        if server:
-            return float(server.get("time_scale") or 1.0)
-    return 1.0
-
-
 def _recommend(
-    rig: Rig, study: optuna.Study, levels: list[LevelTiming], drafter: Drafter, config: StudyConfig
+    rig: Rig, trials: list[TrialRecord], levels: list[LevelTiming], drafter: Drafter, config: StudyConfig
 ) -> tuple[WorkloadOnRig, ...]:
     """Per workload: acceptance from the largest-k trial's counters, overhead from its levels."""
     high = config.search.num_speculative_tokens[1]
+    by_number = {t.number: t for t in trials}
     out = []
     for workload in config.workloads:
         at_top = [
@@ -215,13 +193,12 @@ def _recommend(
             for lv in levels
             if lv.workload == workload and lv.drafter == drafter and lv.num_speculative_tokens == high
         ]
-        if not at_top:
+        if not at_top or at_top[0].trial not in by_number:
             continue
-        rows = study.trials[at_top[0].trial].user_attrs.get("results", {}).get(workload, {})
+        rows = by_number[at_top[0].trial].results.get(workload, {})
         by_level = {lv.concurrency: lv for lv in at_top}
         counts = [
-            (decode_steps(r.get("num_drafts") or 0.0, by_level.get(int(b))), r.get("accepted_per_position") or ())
-            for b, r in rows.items()
+            (decode_steps(r.num_drafts or 0.0, by_level.get(b)), r.accepted_per_position or ()) for b, r in rows.items()
         ]
         fit = acceptance_from_levels(counts, k_max=high, seed=config.seed)
         timing = workload_timing(workload, at_top)
@@ -230,15 +207,15 @@ def _recommend(
     return tuple(out)
 
 
-def _measured_rates(study: optuna.Study, params: dict[str, Any]) -> dict[tuple[str, int], float] | None:
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if int(trial.params.get("num_speculative_tokens", -1)) == int(params["num_speculative_tokens"]):
-            results = trial.user_attrs.get("results", {})
+def _measured_rates(trials: list[TrialRecord], params: dict[str, Any]) -> dict[tuple[str, int], float] | None:
+    k = int(params["num_speculative_tokens"])
+    for trial in trials:
+        if trial.measured and trial.num_speculative_tokens == k:
             return {
-                (w, int(b)): row["output_tokens_per_s"]
-                for w, levels in results.items()
+                (w, b): row.output_tokens_per_s
+                for w, levels in trial.results.items()
                 for b, row in levels.items()
-                if row.get("output_tokens_per_s")
+                if row.output_tokens_per_s
             }
     return None
 

@@ -18,7 +18,7 @@ from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.types import SpeculativeConfig
 
-OFF = "off"
+OFF_KEY = "off"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,4 +124,4 @@ def check_space(space: Space, source: str, baseline: dict[str, Any] | None = Non
 
 def config_key(spec: SpeculativeConfig | None) -> str:
     """A canonical name for the server a spec config gives: equal keys, equal servers."""
-    return OFF if spec is None else spec.to_json()
+    return OFF_KEY if spec is None else spec.to_json()

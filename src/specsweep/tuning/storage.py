@@ -29,10 +29,10 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from specsweep.errors import ConfigError, SpecsweepError
+from specsweep.tuning.records import retry_attrs
 
 JOURNAL_PREFIX = "journal:"
 GRACE_HEARTBEATS = 3  # a trial is stale once its worker missed this many heartbeats
-MAX_RETRIES = 2  # a configuration whose workers died this many times is not queued again
 # For URLs that name no driver: the one specsweep uses (SQLAlchemy's own default changed between versions).
 _DRIVERS = {"postgresql": "psycopg"}
 
@@ -63,7 +63,7 @@ def journal_path(url: str) -> Path:
     return Path(rest)
 
 
-def shown(url: str) -> str:
+def redact_password(url: str) -> str:
     """The storage URL as printed and stored: any password replaced by ***."""
     if storage_kind(url) == "journal":
         return url
@@ -119,7 +119,7 @@ def open_storage(url: str, *, heartbeat_s: int | None) -> BaseStorage:
             time.sleep(0.5 * (attempt + 1))
     reason = str(getattr(last, "orig", None) or last).strip().splitlines()[0]
     raise StorageError(
-        f"cannot open the study database {shown(url)}: {reason}; check the URL and that the server "
+        f"cannot open the study database {redact_password(url)}: {reason}; check the URL and that the server "
         "runs and accepts this user."
     )
 
@@ -129,7 +129,7 @@ def _with_driver(url: str) -> str:
     try:
         parsed = sqlalchemy.engine.make_url(url)
     except sqlalchemy.exc.ArgumentError:
-        raise ConfigError(f"storage {shown(url)!r} is not a valid database URL.") from None
+        raise ConfigError(f"storage {redact_password(url)!r} is not a valid database URL.") from None
     driver = _DRIVERS.get(parsed.drivername)
     if driver is None:
         return url  # a driver named in the URL, or another database: SQLAlchemy reports what is missing
@@ -144,18 +144,9 @@ def _with_driver(url: str) -> str:
 
 def requeue_stale_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial, why: str = "") -> None:
     """Queue the configuration of a trial whose worker died again (called once per such trial)."""
-    retries = int(trial.user_attrs.get("retries", 0))
-    if retries >= MAX_RETRIES:
-        return
-    worker = trial.user_attrs.get("worker", "?")
-    study.enqueue_trial(
-        dict(trial.params),
-        user_attrs={
-            "retries": retries + 1,
-            "retry_of": trial.number,
-            "retry_reason": f"worker {worker} {why or 'stopped sending heartbeats'} during trial {trial.number}",
-        },
-    )
+    attrs = retry_attrs(trial, why or "stopped sending heartbeats")
+    if attrs is not None:
+        study.enqueue_trial(dict(trial.params), user_attrs=attrs)
 
 
 def fail_stale_trials(study: optuna.Study) -> None:

@@ -1,4 +1,4 @@
-"""The rig file's JSON shape (schema version 1), as pure conversions to and from dicts.
+"""The rig file: its JSON form, reading and writing it, and whether a server is the rig's.
 
     {"schema": "specsweep-rig", "schema_version": 1,
      "identity": {engine, engine_version, model, server_args, server_facts, specsweep_version},
@@ -12,15 +12,33 @@
 ``levels`` are the data; ``step_time`` is the model fitted on them, written for readers. Reading
 fits the model again from ``levels`` (the fit is deterministic), so a hand-edited fit cannot
 disagree with its points.
+
+A rig was measured on one setup (engine, version, model, flags, server facts). A server, or a
+study's server config, that differs in any of them is refused with every difference named;
+what one side does not know is reported as unchecked.
 """
 
 from __future__ import annotations
 
+import json
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from specsweep import __version__
+from specsweep.analysis.drafters import Drafter
 from specsweep.analysis.rig import RIG_SCHEMA_VERSION, LevelTiming, RequestShape, Rig, RigIdentity, fit_rig
-from specsweep.analysis.throughput import Drafter
+from specsweep.config import ServerConfig
+from specsweep.engines.registry import server_args_without_spec
 from specsweep.errors import ConfigError
+from specsweep.runtime.identity import ServerIdentity
+from specsweep.runtime.launcher import emulator_argv
+from specsweep.runtime.store import write_json_atomic
+from specsweep.runtime.trial_server import placeholder_values, render_command
+
+RIG_FILE = "rig.json"
 
 SCHEMA_NAME = "specsweep-rig"
 
@@ -141,3 +159,114 @@ def rig_from_dict(data: Any, *, source: str = "the rig file") -> Rig:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ConfigError(f"{source} is damaged ({type(exc).__name__}: {exc}); write it again.") from None
     return fit_rig(levels, identity=identity, shape=request_shape)
+
+
+def write_rig(path: Path, rig: Rig) -> None:
+    write_json_atomic(path, rig_to_dict(rig))
+
+
+def load_rig(path: Path) -> Rig:
+    """A rig file; ConfigError that says what to do when it is missing or unreadable."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read rig file {path}: {exc.strerror or exc}; write one with specsweep rig."
+        ) from None
+    except ValueError as exc:
+        raise ConfigError(f"rig file {path} is not JSON ({exc}).") from None
+    return rig_from_dict(data, source=str(path))
+
+
+def server_identity_as_rig(identity: ServerIdentity, *, server_args: Sequence[str] | None) -> RigIdentity:
+    """A running server's identity in the rig's terms (its flags only when the user gives them)."""
+    engine = identity.engine or "unknown"
+    return RigIdentity(
+        engine=engine,
+        engine_version=identity.engine_version,
+        model=identity.model,
+        server_args=None if server_args is None else server_args_without_spec(engine, list(server_args)),
+        server_facts={k: v for k, v in identity.facts.items() if v is not None},
+        specsweep_version=__version__,
+    )
+
+
+def check_server_against_rig(
+    rig: Rig, identity: ServerIdentity, *, server_args: Sequence[str] | None
+) -> tuple[str, ...]:
+    """Refuse a server that is not the rig's (ConfigError naming the difference); the unchecked fields."""
+    return check_identity(rig.identity, server_identity_as_rig(identity, server_args=server_args), other_name="server")
+
+
+def template_server_args(server: ServerConfig) -> tuple[str, ...] | None:
+    """The flags a study's server config starts every server with (spec part, host and port left out)."""
+    if server.mode == "emulator":
+        emulator = server.emulator
+        argv = emulator_argv(
+            host=server.host, port=0, speculative_config=None, profile=emulator.profile,
+            time_scale=emulator.time_scale, seed=emulator.seed, extra=list(emulator.extra_args),
+        )  # fmt: skip
+    elif server.start is None:
+        return None  # attach mode: the user starts the server; its flags are not known here
+    else:
+        values = placeholder_values(host=server.host, port=0, spec=None, spec_args=[], model=server.model, trial=0)
+        argv = render_command(server.start, values)
+        if isinstance(server.start, str):
+            argv = shlex.split(argv[-1])
+    return server_args_without_spec(server.engine, argv)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IdentityDifference:
+    """One field where a rig and a server (or a study's server config) differ."""
+
+    field: str
+    rig: Any
+    other: Any
+
+    def describe(self, other_name: str) -> str:
+        """The difference in words, the rig's side first."""
+        if self.field == "server_args":
+            mine, theirs = list(self.rig), list(self.other)
+            only_rig = [a for a in mine if a not in theirs]
+            only_other = [a for a in theirs if a not in mine]
+            parts = [f"only the rig has {' '.join(only_rig)!r}"] if only_rig else []
+            parts += [f"only the {other_name} has {' '.join(only_other)!r}"] if only_other else []
+            return "server_args: " + (", ".join(parts) or "the same flags in another order")
+        return f"{self.field}: rig {self.rig!r}, {other_name} {self.other!r}"
+
+
+IDENTITY_FIELDS = ("engine", "engine_version", "model", "server_args")
+
+
+def compare_identities(rig: RigIdentity, other: RigIdentity) -> tuple[tuple[IdentityDifference, ...], tuple[str, ...]]:
+    """(differences, fields that could not be checked because one side does not know them).
+
+    Facts (``server_facts``) are compared where both sides report them.
+    """
+    differences: list[IdentityDifference] = []
+    unchecked: list[str] = []
+    for name in IDENTITY_FIELDS:
+        mine, theirs = getattr(rig, name), getattr(other, name)
+        if mine is None or theirs is None:
+            unchecked.append(name)
+        elif mine != theirs:
+            differences.append(IdentityDifference(field=name, rig=mine, other=theirs))
+    for name in sorted(set(rig.server_facts) & set(other.server_facts)):
+        if rig.server_facts[name] != other.server_facts[name]:
+            differences.append(
+                IdentityDifference(field=name, rig=rig.server_facts[name], other=other.server_facts[name])
+            )
+    return tuple(differences), tuple(unchecked)
+
+
+def check_identity(rig: RigIdentity, other: RigIdentity, *, other_name: str) -> tuple[str, ...]:
+    """The fields left unchecked; ConfigError naming every difference when there is one."""
+    differences, unchecked = compare_identities(rig, other)
+    if differences:
+        shown = "; ".join(d.describe(other_name) for d in differences)
+        raise ConfigError(
+            f"the rig was measured on another setup ({shown}); measure this setup with specsweep study "
+            "to make a rig of its own."
+        )
+    return unchecked

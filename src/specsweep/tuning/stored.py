@@ -1,8 +1,9 @@
-"""A study's stored trials as analysis input, the model-based analysis, and the best measured.
+"""A stored study: opening it from its folder or storage, its analysis, and its best measured.
 
 ``analyze_stored_study`` reads the study's measured configurations and settings from its
-optuna storage and runs analysis.study on them: fits, throughput model and the recommended k
-per workload and concurrency (what ``report``, ``recommend`` and the end of ``study`` show).
+optuna storage (tuning/records.py) and runs analysis.study on them: fits, throughput model and
+the recommended k per workload and concurrency (what ``report``, ``recommend`` and the end of
+``study`` show).
 ``pick_best`` is the plain measured ranking beside it: among completed, feasible trials (each
 configuration counted once) the measured aggregate output tok/s decides, with the gain over
 speculation off and over the baseline (the configuration run today) when both were measured.
@@ -10,18 +11,16 @@ speculation off and over the baseline (the configuration run today) when both we
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
 
 from specsweep.analysis.study import StudyAnalysis, analyze_study
-from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
-from specsweep.tuning.space import OFF
-from specsweep.tuning.storage import open_storage, shown
-from specsweep.types import MeasuredConfig
+from specsweep.tuning.records import OFF_KEY, measured_configs, read_study_settings
+from specsweep.tuning.storage import open_storage, redact_password
+from specsweep.types import MeasuredConfig, StudySettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,30 +34,6 @@ class Pick:
     off_rate: float | None
     baseline_rate: float | None
     runner_up_gap: float | None  # how much slower the second-best configuration was (fraction)
-
-
-def measured_configs(study: optuna.Study) -> list[MeasuredConfig]:
-    """Every configuration the study measured itself (reused duplicates left out)."""
-    out = []
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        attrs = trial.user_attrs
-        if "reused_from" in attrs or "results" not in attrs:
-            continue
-        spec_json = attrs.get("spec")
-        spec = None if spec_json is None else validate_speculative_config(json.loads(spec_json))
-        out.append(
-            MeasuredConfig(
-                trial=trial.number,
-                key=attrs.get("key", OFF),
-                spec=spec,
-                objective=float(trial.value or 0.0),
-                feasible=all(c <= 0 for c in attrs.get("constraints", [0.0])),
-                results=attrs["results"],
-                boot=attrs.get("boot", {}),
-                startup_s=attrs.get("startup_s"),
-            )
-        )
-    return out
 
 
 def pick_best(
@@ -78,7 +53,7 @@ def pick_best(
         concurrency=concurrency,
         best=best,
         rate=best_rate,
-        off_rate=by_key.get(OFF),
+        off_rate=by_key.get(OFF_KEY),
         baseline_rate=by_key.get(baseline_key) if baseline_key else None,
         runner_up_gap=gap,
     )
@@ -90,43 +65,35 @@ def best_overall(configs: list[MeasuredConfig]) -> MeasuredConfig | None:
     return max(feasible, key=lambda c: c.objective) if feasible else None
 
 
-def study_settings(study: optuna.Study, configs: list[MeasuredConfig]) -> dict:
-    """What the study was asked to do, from its attributes (older studies: from its trials)."""
-    attrs = study.user_attrs
-    workloads = list(attrs.get("workloads") or sorted({w for c in configs for w in c.results}))
-    levels = attrs.get("concurrency") or sorted(
-        {int(level) for c in configs for r in c.results.values() for level in r}
-    )
-    k_range = attrs.get("num_speculative_tokens_range")
-    baseline_key = attrs.get("baseline_key")
-    baseline = None
-    if baseline_key and baseline_key != OFF:
-        baseline = validate_speculative_config(json.loads(baseline_key))
-    return {
-        "workloads": workloads,
-        "concurrency_levels": [int(x) for x in levels],
-        "objective_concurrency": int(attrs.get("objective_concurrency") or min(int(x) for x in levels)),
-        "k_max": int(k_range[1]) if k_range else None,
-        "baseline": baseline,
-        "engine": attrs.get("engine", "vllm"),
-        "temperature": attrs.get("temperature"),
-    }
-
-
-def analyze_stored_study(study: optuna.Study, *, seed: int = 0) -> tuple[StudyAnalysis, list[MeasuredConfig], dict]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredAnalysis:
     """The model-based analysis of a stored study, with the configurations and settings behind it."""
-    configs = measured_configs(study)
-    settings = study_settings(study, configs)
+
+    analysis: StudyAnalysis
+    configs: list[MeasuredConfig]
+    settings: StudySettings
+
+
+def analyze_stored_study(
+    study: optuna.Study,
+    *,
+    seed: int = 0,
+    configs: list[MeasuredConfig] | None = None,
+    settings: StudySettings | None = None,
+) -> StoredAnalysis:
+    """Fit, model and recommend from what the study stored (``configs`` and ``settings``: read already)."""
+    configs = configs if configs is not None else measured_configs(study)
+    settings = settings if settings is not None else read_study_settings(study, configs)
     analysis = analyze_study(
         configs,
-        workloads=settings["workloads"],
-        concurrency_levels=settings["concurrency_levels"],
-        objective_concurrency=settings["objective_concurrency"],
-        k_max=settings["k_max"],
-        baseline=settings["baseline"],
+        workloads=settings.workloads,
+        concurrency_levels=settings.concurrency_levels,
+        objective_concurrency=settings.objective_concurrency,
+        k_max=settings.k_max,
+        baseline=settings.baseline,
         seed=seed,
     )
-    return analysis, configs, settings
+    return StoredAnalysis(analysis=analysis, configs=configs, settings=settings)
 
 
 def load_stored_study(folder: Path | None, *, storage: str | None = None, name: str | None = None) -> optuna.Study:
@@ -150,13 +117,12 @@ def load_stored_study(folder: Path | None, *, storage: str | None = None, name: 
         elif len(names) == 1:
             name = names[0]  # a copied or renamed folder holds the one study it was made for
         else:
-            raise ConfigError(
-                f"{shown(storage)} holds {len(names)} studies ({', '.join(names) or 'none'}); pass --study-name."
-            )
+            found = ", ".join(names) or "none"
+            raise ConfigError(f"{redact_password(storage)} holds {len(names)} studies ({found}); pass --study-name.")
     try:
         return optuna.load_study(study_name=name, storage=opened)
     except KeyError:
         raise ConfigError(
-            f"there is no study {name!r} in {shown(storage)} (studies there: {', '.join(names) or 'none'}); "
+            f"there is no study {name!r} in {redact_password(storage)} (studies there: {', '.join(names) or 'none'}); "
             "pass --study-name."
         ) from None

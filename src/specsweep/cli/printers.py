@@ -1,0 +1,333 @@
+"""What the commands print: one home for every printer, shared by the commands.
+
+Rates are aggregate output tok/s, client side, unless a line says otherwise.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.status import Status
+
+from specsweep.analysis.drafters import candidate_of
+from specsweep.analysis.recommendation import Recommendation
+from specsweep.analysis.rig import Rig
+from specsweep.analysis.study import StudyAnalysis
+from specsweep.report.snippets import render_snippet
+from specsweep.report.study_report import recommendation_summary
+from specsweep.runtime.measure import LevelResult, LevelStarted, Measurement, RequestDone, WarmingUp
+from specsweep.tuning.events import (
+    MeasuredElsewhere,
+    Note,
+    Planned,
+    TrialDone,
+    TrialFailed,
+    TrialProgress,
+    TrialReady,
+    TrialReused,
+    TrialStarting,
+    Waiting,
+)
+from specsweep.tuning.rig import WorkloadOnRig
+from specsweep.tuning.rig_study import RigStudyOutcome
+from specsweep.tuning.stored import pick_best
+from specsweep.types import MeasuredConfig, StudySettings
+
+
+def print_analysis(out: Console, analysis: StudyAnalysis, fmt: str) -> None:
+    """The recommendation per workload and concurrency, why, and the snippet per workload."""
+    out.print(
+        "\n[bold]recommended[/bold] (fitted acceptance x modelled step time; aggregate output tok/s, 95% intervals)"
+    )
+    for rec in analysis.recommendations:
+        out.print(f"  {recommendation_summary(rec)}")
+        out.print(f"    [dim]{rec.reason}[/dim]")
+    for note in analysis.notes:
+        out.print(f"  [yellow]note:[/yellow] {note}")
+    for workload in analysis.workloads:
+        plan = analysis.snippet(workload)
+        if plan is None:
+            continue
+        if plan.table:
+            out.print(f"{workload}: k by concurrency {plan.k_by_concurrency}, as vLLM's per-batch-size table:")
+        elif len(analysis.workloads) > 1:
+            out.print(f"{workload}:")
+        out.print(render_snippet(plan.spec, fmt), highlight=False, markup=False)
+
+
+def describe_rig(built: Rig) -> str:
+    """One line: what the rig was measured on and what it covers."""
+    ident = built.identity
+    drafters = "; ".join(f"{d.label} k={_ks(built.draft_lengths(d))}" for d in built.drafters)
+    return (
+        f"{ident.engine} {ident.engine_version or '(version unknown)'}, model {ident.model or '(unknown)'}, "
+        f"concurrency {list(built.concurrency_levels)}, {drafters or 'no drafter'}"
+    )
+
+
+def _ks(ks: tuple[int, ...]) -> str:
+    if ks and list(ks) == list(range(ks[0], ks[-1] + 1)) and len(ks) > 2:
+        return f"{ks[0]}..{ks[-1]}"
+    return ",".join(map(str, ks))
+
+
+def print_rig(out: Console, built: Rig) -> None:
+    out.print(f"[bold]rig[/bold]: {describe_rig(built)}")
+    if built.identity.server_args:
+        out.print(f"  flags: {' '.join(built.identity.server_args)}")
+    for fit in built.model.fits:
+        name = "off" if fit.drafter is None else fit.drafter.method
+        points = ", ".join(f"k={p.num_speculative_tokens} {1000 * p.step_time_s:.2f}" for p in fit.points)
+        out.print(
+            f"  concurrency {fit.concurrency}, {name}: decode step ms {points}; line "
+            f"{1000 * fit.intercept_s:.2f} + {1000 * fit.slope_s_per_token:.3f} k, noise {100 * fit.relative_sd:.1f}%"
+        )
+
+
+def _gain(rec: Recommendation) -> str:
+    gain = rec.gain_over_baseline
+    if gain is None or gain.predicted is None:
+        return ""
+    return (
+        f"; expected gain over the running {gain.over.short_label}: {100 * gain.predicted:+.1f}% "
+        f"({rec.confidence:.0%} {100 * (gain.predicted_low or 0):+.1f}% to {100 * (gain.predicted_high or 0):+.1f}%)"
+    )
+
+
+def print_rig_recommendation(
+    out: Console, built: Rig, path: Path | None, result: WorkloadOnRig, *, unchecked: tuple[str, ...]
+) -> None:
+    """The zero-restart recommendation, one line per concurrency level, and how far it extrapolates."""
+    fit = result.fit
+    out.print(f"\n[bold]rig[/bold] {path or ''}: {describe_rig(built)}")
+    if unchecked:
+        hint = " (pass --server-args to check them)" if "server_args" in unchecked else ""
+        out.print(f"  unchecked against the running server: {', '.join(unchecked)}{hint}")
+    measured = ", ".join(f"{p.per_position:.3f}" for p in fit.positions)
+    out.print(
+        f"[bold]{result.workload}[/bold] measured at the running k={fit.measured_positions}: S_1..S_"
+        f"{fit.measured_positions} = {measured}; acceptance past it from the {fit.chosen} decay fit"
+    )
+    shares = result.timing.draft_share
+    if shares and min(shares.values()) < 0.99:
+        shown = ", ".join(f"{q:.0%} of decode steps at concurrency {b}" for b, q in sorted(shares.items()))
+        out.print(f"  it drafted at {shown} (S_i are per step; the rig carries the share to other k)")
+    idle = {
+        k
+        for b in built.concurrency_levels
+        for k in built.draft_lengths(result.drafter, b)
+        if built.draft_share(result.drafter, k, b) == 0
+    }
+    if idle:
+        out.print(f"  on the rig this drafter drafted nothing at k={','.join(map(str, sorted(idle)))}")
+    for item in result.recommendations:
+        rec = item.recommendation
+        running = (
+            f"; running {item.running.short_label} measured {item.running_tokens_per_s:.1f} tok/s"
+            if (item.running_tokens_per_s)
+            else ""
+        )
+        out.print(
+            f"  concurrency {rec.concurrency}: recommended {rec.choice.short_label}  {rec.tokens_per_s:.1f} tok/s "
+            "predicted "
+            f"({rec.confidence:.0%} {rec.tokens_per_s_low:.1f}-{rec.tokens_per_s_high:.1f}){running}{_gain(rec)}"
+        )
+        if rec.tie_rule_applied:
+            out.print(
+                f"    {rec.highest_predicted.short_label} predicts more, but not clearly: the smaller k is recommended"
+            )
+        if item.extrapolated_positions:
+            first, last = item.extrapolated_positions[0], item.extrapolated_positions[-1]
+            span = f"position {first}" if first == last else f"positions {first}..{last}"
+            out.print(
+                f"    extrapolated: {span} of {rec.choice.short_label} come from the fitted {item.acceptance_model} "
+                f"decay model (measured up to {item.measured_positions}); measure at "
+                f"k={rec.choice.num_speculative_tokens} to confirm"
+            )
+        elif item.measured_positions < item.k_max:
+            out.print(
+                f"    k={item.measured_positions + 1}..{item.k_max} were ranked on extrapolated acceptance "
+                f"({item.acceptance_model} decay model); the recommendation itself needs none"
+            )
+        if item.step_time_extrapolated:
+            out.print("    its step time is the rig's line, not a measured point")
+
+
+def print_rig_study(out: Console, result: RigStudyOutcome, path: Path) -> None:
+    """What study --rig measured, why, and the recommendation per workload."""
+    out.print(
+        f"\n{result.server_starts} server start(s) this run: "
+        + "; ".join(f"{p.candidate.short_label} ({p.reason})" for p in result.plan)
+    )
+    for note in result.notes:
+        out.print(f"  {note}")
+    for item in result.results:
+        print_rig_recommendation(out, result.rig, path, item, unchecked=result.unchecked)
+    if result.check is not None:
+        out.print(f"\n[bold]check[/bold] of the predicted optimum k={result.check.num_speculative_tokens}:")
+        for workload, level, predicted, measured in result.check.rows:
+            shown = (
+                f"{measured:.1f} measured ({100 * (measured / predicted - 1):+.1f}%)" if measured else "not measured"
+            )
+            out.print(f"  {workload} at concurrency {level}: {predicted:.1f} tok/s predicted, {shown}")
+
+
+def _range(low: float, high: float, digits: int = 1) -> str:
+    return f"{low:.{digits}f}-{high:.{digits}f}"
+
+
+def print_measurement(out: Console, result: Measurement) -> None:
+    """The summary, shaped like the field report."""
+    s = result.settings
+    out.print(
+        f"[bold]{result.endpoint}[/bold]  engine {result.engine or 'unknown'}, model {result.model}, "
+        f"workload {result.workload}"
+    )
+    out.print(
+        f"{s.requests} requests x {s.max_tokens} tokens per level, temperature {s.temperature:g}, "
+        "token counts from usage"
+    )
+    for level in result.levels:
+        _print_level(out, level)
+
+
+def _print_level(out: Console, level: LevelResult) -> None:
+    m = level.summary
+    label = "single stream" if m.concurrency == 1 else f"{m.concurrency} concurrent"
+    out.print(f"\n[bold]{label}[/bold]  ({m.requests} requests, {m.errors} failed, {m.wall_s:.1f} s)")
+    decode, ttft = m.decode_tokens_per_s_per_stream, m.ttft_s
+    if m.output_tokens_per_s is not None:
+        busy = ""
+        if m.saturated_output_tokens_per_s is not None and m.concurrency > 1:
+            busy = f" ({m.saturated_output_tokens_per_s:.1f} while all {m.concurrency} streams were busy)"
+        out.print(f"  {m.output_tokens_per_s:8.1f} tok/s aggregate output, wall clock{busy}")
+    if decode is not None:
+        out.print(
+            f"  {decode.p50:8.1f} tok/s decode per stream (p50; {_range(decode.min, decode.max)} across requests)"
+        )
+    if ttft is not None:
+        out.print(f"  TTFT {_range(ttft.min, ttft.max, 3)} s (p50 {ttft.p50:.3f}, p95 {ttft.p95:.3f})")
+    if m.prefill_tokens_per_s is not None:
+        out.print(f"  prefill {m.prefill_tokens_per_s.max:,.0f} tok/s peak (prompt tokens / TTFT)")
+    if m.tokens_per_chunk is not None:
+        out.print(
+            f"  {m.tokens_per_chunk:.2f} tokens per streamed chunk ({m.chunks_per_request:.0f} chunks per request)"
+        )
+    if m.server_generation_tokens_per_s is not None:
+        ratio = f" ({m.server_to_client_ratio:.2f}x the client's)" if m.server_to_client_ratio else ""
+        out.print(f"  server-reported generation {m.server_generation_tokens_per_s:.1f} tok/s{ratio}")
+    acceptance = m.acceptance
+    if acceptance is not None:
+        out.print(
+            "  acceptance per position "
+            + ", ".join(f"{x:.3f}" for x in acceptance.per_position)
+            + "  (conditional "
+            + ", ".join(f"{x:.3f}" for x in acceptance.conditional)
+            + ")"
+        )
+        out.print(
+            f"  mean acceptance length {acceptance.mean_acceptance_length:.2f}, draft acceptance "
+            f"{100 * acceptance.draft_acceptance_rate:.1f}%, {acceptance.num_drafts:,} drafts"
+        )
+    client = m.client_acceptance
+    if client is not None and client.draft_acceptance_rate is not None:
+        out.print(
+            f"  per-request timings: {client.accepted_tokens:,} of {client.drafted_tokens:,} drafted tokens "
+            f"accepted ({100 * client.draft_acceptance_rate:.1f}%)"
+        )
+    if client is not None and client.mean_acceptance_length is not None:
+        out.print(f"  per-request accept length {client.mean_acceptance_length:.2f} tokens per verification step")
+    if m.gauge_accept_length is not None:
+        out.print(f"  server accept-length gauge {m.gauge_accept_length:.2f}")
+    for note in level.notes:
+        out.print(f"  [yellow]note:[/yellow] {note}")
+
+
+class StudyProgress:
+    """One line per trial; a transient status line with the phase and live tok/s on a terminal."""
+
+    def __init__(self, out: Console, status: Status) -> None:
+        self.out = out
+        self.status = status
+        self.level_started = 0.0
+        self.level_tokens = 0
+
+    def __call__(self, event: object) -> None:
+        out, status = self.out, self.status
+        match event:
+            case Note(text=text):
+                out.print(f"note: {text}")
+            case TrialStarting(trial=trial, spec=spec):
+                status.update(f"trial {trial}: starting the server ({candidate_of(spec).short_label})")
+            case TrialReady(trial=trial, startup_s=startup_s):
+                status.update(f"trial {trial}: server ready after {startup_s:.1f} s")
+            case TrialProgress(trial=trial, workload=workload, event=WarmingUp(concurrency=level)):
+                status.update(f"trial {trial}: {workload} warming up at concurrency {level}")
+            case TrialProgress(event=LevelStarted()):
+                self.level_started, self.level_tokens = time.monotonic(), 0
+            case TrialProgress(trial=trial, workload=workload, event=RequestDone(concurrency=level, record=record)):
+                self.level_tokens += record.completion_tokens or 0
+                elapsed = time.monotonic() - self.level_started
+                live = f", {self.level_tokens / elapsed:,.0f} tok/s wall clock" if elapsed > 0 else ""
+                status.update(f"trial {trial}: {workload} measuring concurrency {level}{live}")
+            case TrialDone(trial=trial, spec=spec, results=results):
+                rates = "; ".join(
+                    f"{w} " + ", ".join(f"{row.output_tokens_per_s:.1f} at {b}" for b, row in levels.items())
+                    for w, levels in results.items()
+                )
+                out.print(f"trial {trial:3d}  {candidate_of(spec).short_label:22s} {rates} tok/s")
+            case Planned(phase=phase, reason=reason, params=params) if params is not None:
+                out.print(f"          next: {phase}: {reason}")
+            case TrialFailed(trial=trial, reason=reason):
+                out.print(f"trial {trial:3d}  [red]failed[/red]: {reason}")
+            case TrialReused(trial=trial, source=source):
+                out.print(f"trial {trial:3d}  same server as trial {source}: result reused, no restart")
+            case MeasuredElsewhere(trial=trial, source=source, worker=worker):
+                out.print(f"trial {trial:3d}  worker {worker} measures this configuration (trial {source})")
+            case Waiting(trials=trials):
+                status.update(f"other workers measure the rest (trials {list(trials)}): waiting for them")
+
+
+def print_best_measured(out: Console, configs: Sequence[MeasuredConfig], settings: StudySettings) -> None:
+    """The best measured configuration per workload and concurrency, with its gains."""
+    out.print("\n[bold]best measured configuration[/bold] (aggregate output tok/s, wall clock, client-side)")
+    for name in settings.workloads:
+        for level in settings.concurrency_levels:
+            pick = pick_best(configs, workload=name, concurrency=level, baseline_key=settings.baseline_key)
+            if pick is None:
+                continue
+            gains = []
+            if pick.off_rate:
+                gains.append(f"{100 * (pick.rate / pick.off_rate - 1):+.1f}% vs speculation off")
+            if pick.baseline_rate:
+                gains.append(f"{100 * (pick.rate / pick.baseline_rate - 1):+.1f}% vs baseline")
+            gap = f"; runner-up {100 * pick.runner_up_gap:.1f}% slower" if pick.runner_up_gap is not None else ""
+            out.print(
+                f"  {name} at concurrency {level}: {candidate_of(pick.best.spec).short_label}  {pick.rate:.1f} tok/s  "
+                f"({', '.join(gains) or 'no reference measured'}{gap})"
+            )
+
+
+def print_boot(out: Console, best: MeasuredConfig, *, on_emulator: bool) -> None:
+    """What the best measured configuration's server said at boot."""
+    boot = best.boot
+    facts = []
+    if best.startup_s is not None:
+        facts.append(f"started in {best.startup_s:.1f} s" + (" (wall clock, time-scaled)" if on_emulator else ""))
+    if boot.kv_cache_tokens:
+        facts.append(f"KV cache {boot.kv_cache_tokens:,} tokens")
+    if boot.max_concurrency:
+        facts.append(f"max concurrency {boot.max_concurrency:.2f}x")
+    if boot.memory_suggestions and boot.binding_memory_suggestion is not None:
+        shown = ", ".join(f"{x:.4f}" for x in boot.memory_suggestions)
+        facts.append(
+            f"--gpu-memory-utilization suggestions per rank {shown} (the pool is the minimum over ranks: "
+            f"use the largest, {boot.binding_memory_suggestion:.4f})"
+        )
+    if boot.fp8_default_kernel_warning:
+        facts.append("the log warns that the default FP8 kernel config is used (a tuned one may be faster)")
+    if facts:
+        out.print(f"boot of trial {best.trial}: " + "; ".join(facts))

@@ -1,0 +1,94 @@
+"""What a study reports while it runs, one record per event (the CLI prints them).
+
+Measurement progress inside a trial arrives as :class:`TrialProgress`, which wraps runtime's
+measurement events (``WarmingUp``, ``LevelStarted``, ``RequestDone``) with the trial and workload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specsweep.types import BootFacts, LevelFigures, SpeculativeConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Note:
+    """Something the user should know that is not a trial's result."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Planned:
+    """The search chose the next configuration (``params``), or says why it stops (None)."""
+
+    phase: str
+    reason: str
+    params: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrialStarting:
+    trial: int
+    spec: SpeculativeConfig | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrialReady:
+    trial: int
+    startup_s: float
+    boot: BootFacts
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeasuringWorkload:
+    trial: int
+    workload: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrialProgress:
+    """A measurement event (runtime.measure) of one workload in one trial."""
+
+    trial: int
+    workload: str
+    event: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrialDone:
+    trial: int
+    value: float
+    spec: SpeculativeConfig | None
+    results: dict[str, dict[int, LevelFigures]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrialFailed:
+    trial: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrialReused:
+    """A duplicate of a configuration measured before: its figures were copied, no restart."""
+
+    trial: int
+    source: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeasuredElsewhere:
+    """Another worker of a shared study measures this configuration."""
+
+    trial: int
+    source: int
+    worker: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Waiting:
+    """Other workers measure what is left; this one waits for them."""
+
+    trials: tuple[int, ...]

@@ -1,0 +1,368 @@
+"""What a study stores, typed: the trial record, its per-level figures and the study's settings.
+
+This module is the only code that reads or writes optuna's ``user_attrs`` and the trial files
+beside the study (``trials/trial-NNNN.json``, the full measurement of one trial). Everything
+else works on :class:`TrialRecord`, :class:`LevelFigures` and :class:`StudySettings`.
+
+The stored form keeps concurrency levels as strings (JSON object keys) and tuples as lists;
+studies written by earlier versions read the same way (absent fields are None or empty).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from specsweep.runtime.identity import ServerIdentity
+from specsweep.runtime.measure import Measurement
+from specsweep.runtime.store import measurement_to_dict, write_json_atomic
+from specsweep.tuning.space import OFF_KEY
+from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, SpeculativeConfig, StudySettings
+
+TRIALS_FOLDER = "trials"
+
+
+def level_figures(measurement: Measurement, *, time_scale: float = 1.0) -> dict[int, LevelFigures]:
+    """The figures a study keeps of each measured level, by concurrency.
+
+    Rates are divided and times multiplied by ``time_scale`` (the emulator's), so they read in
+    the modelled hardware's units.
+    """
+
+    def rate(value: float | None) -> float | None:
+        return None if value is None else value / time_scale
+
+    out: dict[int, LevelFigures] = {}
+    for level in measurement.levels:
+        s = level.summary
+        acceptance = s.acceptance
+        decode = s.decode_tokens_per_s_per_stream
+        counts = level.delta.accepted_per_position if level.delta and acceptance else None
+        out[s.concurrency] = LevelFigures(
+            concurrency=s.concurrency,
+            # at full concurrency when known: the ramp-down tail of a closed loop is not the server's
+            output_tokens_per_s=rate(s.saturated_output_tokens_per_s or s.output_tokens_per_s),
+            wall_clock_output_tokens_per_s=rate(s.output_tokens_per_s),
+            decode_tokens_per_s_p50=rate(decode.p50) if decode else None,
+            ttft_p95_s=s.ttft_s.p95 * time_scale if s.ttft_s else None,
+            errors=s.errors,
+            requests=s.requests,
+            server_generation_tokens_per_s=rate(s.server_generation_tokens_per_s),
+            per_position=tuple(acceptance.per_position) if acceptance else None,
+            accepted_per_position=tuple(counts) if counts else None,
+            num_drafts=acceptance.num_drafts if acceptance else None,
+            mean_acceptance_length=acceptance.mean_acceptance_length if acceptance else None,
+            notes=tuple(level.notes),
+        )
+    return out
+
+
+def _level_to_stored(level: LevelFigures) -> dict[str, Any]:
+    row = {f.name: getattr(level, f.name) for f in fields(level) if f.name != "concurrency"}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in row.items()}
+
+
+def _level_from_stored(concurrency: int, row: dict[str, Any]) -> LevelFigures:
+    def floats(name: str) -> tuple[float, ...] | None:
+        value = row.get(name)
+        return None if value is None else tuple(float(x) for x in value)
+
+    return LevelFigures(
+        concurrency=concurrency,
+        output_tokens_per_s=row.get("output_tokens_per_s"),
+        wall_clock_output_tokens_per_s=row.get("wall_clock_output_tokens_per_s"),
+        decode_tokens_per_s_p50=row.get("decode_tokens_per_s_p50"),
+        ttft_p95_s=row.get("ttft_p95_s"),
+        errors=int(row.get("errors") or 0),
+        requests=int(row.get("requests") or 0),
+        server_generation_tokens_per_s=row.get("server_generation_tokens_per_s"),
+        per_position=floats("per_position"),
+        accepted_per_position=floats("accepted_per_position"),
+        num_drafts=row.get("num_drafts"),
+        mean_acceptance_length=row.get("mean_acceptance_length"),
+        notes=tuple(row.get("notes") or ()),
+    )
+
+
+def results_to_stored(results: dict[str, dict[int, LevelFigures]]) -> dict[str, dict[str, Any]]:
+    """Workload -> concurrency -> figures, as the ``results`` attribute keeps them."""
+    return {w: {str(b): _level_to_stored(lv) for b, lv in levels.items()} for w, levels in results.items()}
+
+
+def results_from_stored(stored: dict[str, Any] | None) -> dict[str, dict[int, LevelFigures]]:
+    return {
+        workload: {int(b): _level_from_stored(int(b), row) for b, row in (levels or {}).items()}
+        for workload, levels in (stored or {}).items()
+    }
+
+
+def boot_to_stored(boot: BootFacts) -> dict[str, Any]:
+    return {**asdict(boot), "binding_memory_suggestion": boot.binding_memory_suggestion}
+
+
+def _boot_from_stored(stored: dict[str, Any] | None) -> BootFacts:
+    stored = stored or {}
+    return BootFacts(
+        kv_cache_tokens=stored.get("kv_cache_tokens"),
+        max_concurrency=stored.get("max_concurrency"),
+        memory_suggestions=tuple(stored.get("memory_suggestions") or ()),
+        fp8_default_kernel_warning=bool(stored.get("fp8_default_kernel_warning")),
+    )
+
+
+def _identity_from_stored(stored: dict[str, Any] | None) -> ServerIdentity | None:
+    if not stored:
+        return None
+    return ServerIdentity(
+        engine=stored.get("engine"),
+        engine_version=stored.get("engine_version"),
+        model=stored.get("model"),
+        facts=dict(stored.get("facts") or {}),
+        time_scale=float(stored.get("time_scale") or 1.0),
+    )
+
+
+def spec_from_json(text: str | None) -> SpeculativeConfig | None:
+    """A stored spec config (None: speculation off)."""
+    return None if text is None else SpeculativeConfig.from_json(text)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrialRecord:
+    """One trial of a study as its storage holds it."""
+
+    number: int
+    state: optuna.trial.TrialState
+    params: dict[str, Any]
+    value: float | None
+    key: str | None  # the configuration's key (tuning/space.py); None before the trial claimed one
+    spec: SpeculativeConfig | None
+    worker: str | None
+    results: dict[str, dict[int, LevelFigures]] = field(default_factory=dict)
+    constraints: tuple[float, ...] = ()
+    boot: BootFacts = field(default_factory=BootFacts)
+    startup_s: float | None = None
+    server: ServerIdentity | None = None  # what the server said it is
+    argv: tuple[str, ...] | None = None  # the command line it was started with
+    record_file: str | None = None  # the full measurement, relative to the study folder
+    fail_reason: str | None = None
+    reused_from: int | None = None  # a duplicate configuration: figures copied from this trial
+    retries: int = 0
+    retry_of: int | None = None
+
+    @property
+    def measured(self) -> bool:
+        """Completed with figures of its own (not copied from another trial)."""
+        return self.state == optuna.trial.TrialState.COMPLETE and bool(self.results) and self.reused_from is None
+
+    @property
+    def running(self) -> bool:
+        return self.state == optuna.trial.TrialState.RUNNING
+
+    @property
+    def feasible(self) -> bool:
+        return all(c <= 0 for c in self.constraints)
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return 0 if self.spec is None else int(self.spec.num_speculative_tokens or 0)
+
+    def measured_config(self) -> MeasuredConfig:
+        return MeasuredConfig(
+            trial=self.number,
+            key=self.key or OFF_KEY,
+            spec=self.spec,
+            objective=float(self.value or 0.0),
+            feasible=self.feasible,
+            results=self.results,
+            boot=self.boot,
+            startup_s=self.startup_s,
+        )
+
+
+def read_trial(trial: optuna.trial.FrozenTrial) -> TrialRecord:
+    """The typed record of a stored trial."""
+    attrs = trial.user_attrs
+    argv = attrs.get("argv")
+    return TrialRecord(
+        number=trial.number,
+        state=trial.state,
+        params=dict(trial.params),
+        value=trial.value if trial.state == optuna.trial.TrialState.COMPLETE else None,
+        key=attrs.get("key"),
+        spec=spec_from_json(attrs.get("spec")),
+        worker=attrs.get("worker"),
+        results=results_from_stored(attrs.get("results")),
+        constraints=tuple(float(c) for c in attrs.get("constraints", ())),
+        boot=_boot_from_stored(attrs.get("boot")),
+        startup_s=attrs.get("startup_s"),
+        server=_identity_from_stored(attrs.get("server")),
+        argv=None if argv is None else tuple(argv),
+        record_file=attrs.get("record"),
+        fail_reason=attrs.get("fail_reason"),
+        reused_from=attrs.get("reused_from"),
+        retries=int(attrs.get("retries", 0)),
+        retry_of=attrs.get("retry_of"),
+    )
+
+
+def read_trials(study: optuna.Study, states: tuple[optuna.trial.TrialState, ...] | None = None) -> list[TrialRecord]:
+    return [read_trial(t) for t in study.get_trials(deepcopy=False, states=states)]
+
+
+def measured_configs(study: optuna.Study) -> list[MeasuredConfig]:
+    """Every configuration the study measured itself (reused duplicates left out)."""
+    return [r.measured_config() for r in read_trials(study, (optuna.trial.TrialState.COMPLETE,)) if r.measured]
+
+
+# -- writing a trial, step by step as it runs -----------------------------------------------------
+
+
+def record_claim(trial: optuna.Trial, *, worker: str) -> None:
+    trial.set_user_attr("worker", worker)
+
+
+def record_config(trial: optuna.Trial, *, key: str, spec: SpeculativeConfig | None) -> None:
+    """The configuration a trial measures; written before the storage is read again (the claim)."""
+    trial.set_user_attr("key", key)
+    trial.set_user_attr("spec", None if spec is None else spec.to_json())
+
+
+def record_boot(
+    trial: optuna.Trial, *, argv: tuple[str, ...], startup_s: float, boot: BootFacts, server: ServerIdentity
+) -> None:
+    trial.set_user_attr("argv", list(argv))
+    trial.set_user_attr("startup_s", round(startup_s, 3))
+    trial.set_user_attr("boot", boot_to_stored(boot))
+    trial.set_user_attr("server", asdict(server))
+
+
+def record_results(
+    trial: optuna.Trial,
+    *,
+    results: dict[str, dict[int, LevelFigures]],
+    constraints: list[float],
+    record_file: str | None,
+) -> None:
+    if record_file is not None:
+        trial.set_user_attr("record", record_file)
+    trial.set_user_attr("results", results_to_stored(results))
+    trial.set_user_attr("constraints", constraints)
+
+
+def record_failure(trial: optuna.Trial, reason: str) -> None:
+    trial.set_user_attr("fail_reason", reason)
+
+
+def record_failure_of(study: optuna.Study, number: int, reason: str) -> None:
+    """The reason of a trial this run does not hold (one left RUNNING by a run that died)."""
+    optuna.trial.Trial(study, study.trials[number]._trial_id).set_user_attr("fail_reason", reason)
+
+
+def record_reuse(trial: optuna.Trial, source: optuna.trial.FrozenTrial) -> None:
+    """A trial of a configuration already measured: the source's figures, and where they came from."""
+    for name, value in source.user_attrs.items():
+        if name not in ("key", "spec", "worker"):
+            trial.set_user_attr(name, value)
+    trial.set_user_attr("reused_from", source.number)
+
+
+def retry_attrs(trial: optuna.trial.FrozenTrial, why: str) -> dict[str, Any] | None:
+    """The attributes of a re-queued copy of a trial whose worker died (None: retried enough)."""
+    record = read_trial(trial)
+    if record.retries >= MAX_RETRIES:
+        return None
+    return {
+        "retries": record.retries + 1,
+        "retry_of": record.number,
+        "retry_reason": f"worker {record.worker or '?'} {why} during trial {record.number}",
+    }
+
+
+MAX_RETRIES = 2  # a configuration whose workers died this many times is not queued again
+
+
+# -- the trial files --------------------------------------------------------------------------------
+
+
+def trial_file(number: int) -> str:
+    """A trial's measurement file, relative to the study folder."""
+    return f"{TRIALS_FOLDER}/trial-{number:04d}.json"
+
+
+def write_trial_file(folder: Path, number: int, *, header: dict[str, Any], measurements: dict[str, Measurement]) -> str:
+    """Write the full measurement of a trial (every request, the notes) beside the study."""
+    name = trial_file(number)
+    record = {**header, "trial": number}
+    if measurements:
+        record["workloads"] = {w: measurement_to_dict(m) for w, m in measurements.items()}
+    write_json_atomic(folder / name, record)
+    return name
+
+
+def read_trial_file(folder: Path, record: TrialRecord) -> dict[str, Any] | None:
+    """The full measurement of a trial (None: no file, e.g. a copied folder without ``trials/``)."""
+    if not record.record_file:
+        return None
+    try:
+        return json.loads((folder / record.record_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+# -- the study's own attributes --------------------------------------------------------------------
+
+
+def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
+    attrs = {
+        "config_source": settings.config_source,
+        "engine": settings.engine,
+        "temperature": settings.temperature,
+        "objective_concurrency": settings.objective_concurrency,
+        "workloads": dict(settings.workload_weights),
+        "concurrency": list(settings.concurrency_levels),
+        "num_speculative_tokens_range": list(settings.k_range) if settings.k_range else None,
+    }
+    for name, value in attrs.items():
+        study.set_user_attr(name, value)
+    if settings.baseline_key is not None:
+        study.set_user_attr("baseline_key", settings.baseline_key)
+
+
+def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | None = None) -> StudySettings:
+    """The settings a study was created with (studies without them: inferred from its trials)."""
+    attrs = study.user_attrs
+    configs = configs if configs is not None else measured_configs(study)
+    stored = attrs.get("workloads") or sorted({w for c in configs for w in c.results})
+    weights = dict(stored) if isinstance(stored, dict) else dict.fromkeys(stored, 1.0)
+    levels = attrs.get("concurrency") or sorted({b for c in configs for r in c.results.values() for b in r})
+    k_range = attrs.get("num_speculative_tokens_range")
+    baseline_key = attrs.get("baseline_key")
+    return StudySettings(
+        workload_weights=weights,
+        concurrency_levels=tuple(int(b) for b in levels),
+        objective_concurrency=int(attrs.get("objective_concurrency") or min(int(b) for b in levels)),
+        k_range=(int(k_range[0]), int(k_range[1])) if k_range else None,
+        baseline_key=baseline_key,
+        baseline=None if baseline_key in (None, OFF_KEY) else spec_from_json(baseline_key),
+        engine=str(attrs.get("engine", "vllm")),
+        temperature=attrs.get("temperature"),
+        config_source=attrs.get("config_source"),
+    )
+
+
+def check_joinable(study: optuna.Study, mine: StudySettings) -> str | None:
+    """The first setting a joining worker measures differently from the study (None: it may join)."""
+    attrs = study.user_attrs
+    for name, value in (
+        ("workloads", dict(mine.workload_weights)),
+        ("temperature", mine.temperature),
+        ("objective_concurrency", mine.objective_concurrency),
+    ):
+        if name in attrs and attrs[name] != value:
+            return f"has {name} {attrs[name]!r}, this config {value!r}"
+    return None

@@ -1,0 +1,182 @@
+"""Opening a study: its folder and storage, creating it or joining it, and its sampler.
+
+Optuna is the source of truth: every trial's parameters, objective, constraints and figures
+live in its storage (through tuning/records.py); the full per-trial measurement is a JSON file
+beside it. On a shared storage (a database server or a journal file) several workers run the
+same study: each creates it if it is missing and joins it otherwise.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from specsweep.config import StudyConfig
+from specsweep.errors import ConfigError
+from specsweep.tuning import records
+from specsweep.tuning.space import Space, config_key
+from specsweep.tuning.storage import (
+    default_worker,
+    fail_stale_trials,
+    has_heartbeats,
+    is_shared,
+    journal_path,
+    open_storage,
+    redact_password,
+    requeue_stale_trial,
+    storage_kind,
+)
+from specsweep.types import StudySettings
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyPaths:
+    """Where a study keeps its files."""
+
+    folder: Path
+    storage: str
+
+    @property
+    def logs(self) -> Path:
+        return self.folder / "logs"
+
+    @property
+    def leases(self) -> Path:
+        """Lease files of running servers (runtime/lease.py)."""
+        return self.folder / "servers"
+
+
+def study_paths(config: StudyConfig, studies_dir: Path, storage: str | None = None) -> StudyPaths:
+    """The study folder, and the storage URL (SQLite in the folder unless one is given)."""
+    folder = studies_dir / config.name
+    url = storage or config.storage or f"sqlite:///{(folder / 'study.db').as_posix()}"
+    return StudyPaths(folder=folder, storage=url)
+
+
+def study_exists(name: str, storage: str | optuna.storages.BaseStorage) -> bool:
+    """Whether ``storage`` already holds a study called ``name`` (a missing SQLite or journal file holds none)."""
+    if isinstance(storage, str):
+        if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+            return False
+        if storage_kind(storage) == "journal" and not journal_path(storage).exists():
+            return False
+        storage = open_storage(storage, heartbeat_s=None)
+    return name in {s.study_name for s in optuna.get_all_study_summaries(storage)}
+
+
+def sampler_for(config: StudyConfig, worker: str | None = None) -> optuna.samplers.BaseSampler:
+    """The optuna sampler behind the study's asks.
+
+    "grid" enqueues every distinct configuration once (see open_study) rather than using optuna's
+    GridSampler, which counts duplicates (speculation off with each draft method) and calls
+    Study.stop(), which ask/tell loops may not. "model" enqueues each configuration the
+    model-guided search chooses; the sampler only serves trials nobody enqueued. Workers of a
+    shared study each seed by their name, or they would all draw the same configurations.
+    """
+    seed = config.seed if worker is None else zlib.crc32(f"{config.seed}:{worker}".encode())
+    if config.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, constraints_func=_constraints)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def _constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
+    return list(records.read_trial(trial).constraints) or [0.0]
+
+
+def settings_of(config: StudyConfig, space: Space) -> StudySettings:
+    """What the study records about itself when it is created."""
+    baseline = None
+    if config.search.baseline is not None:
+        baseline = space.config_from_params(space.params_for(config.search.baseline))
+    return StudySettings(
+        workload_weights=dict(config.workloads),
+        concurrency_levels=tuple(config.measure.concurrency),
+        objective_concurrency=config.objective.concurrency,
+        k_range=config.search.num_speculative_tokens,
+        baseline_key=None if config.search.baseline is None else config_key(baseline),
+        baseline=baseline,
+        engine=config.server.engine,
+        temperature=config.measure.temperature,
+        config_source=config.source,
+    )
+
+
+def open_study(
+    config: StudyConfig,
+    paths: StudyPaths,
+    *,
+    resume: bool,
+    space: Space,
+    storage: optuna.storages.BaseStorage | None = None,
+    worker: str | None = None,
+    queue_initial: bool = True,
+) -> optuna.Study:
+    """Create the study, or load it with ``resume``; trials left RUNNING by a killed run are failed.
+
+    Only trials left RUNNING by this same worker are failed here; on a shared storage other
+    workers' trials are left to their heartbeats. A new study queues speculation off, the
+    baseline and (sampler "grid") every distinct configuration, unless ``queue_initial`` is off.
+    """
+    if paths.storage.startswith("sqlite:///"):
+        paths.folder.mkdir(parents=True, exist_ok=True)
+    shared = is_shared(paths.storage)
+    worker = worker or default_worker()
+    storage = storage if storage is not None else open_storage(paths.storage, heartbeat_s=config.heartbeat_s)
+    exists = study_exists(config.name, storage)
+    where = redact_password(paths.storage)
+    if exists and not resume and not shared:
+        raise ConfigError(
+            f"study {config.name!r} already exists in {where}; add --resume to continue it, "
+            "or choose another --study-name."
+        )
+    if resume and not exists:
+        raise ConfigError(f"there is no study {config.name!r} in {where} to resume.")
+    sampler = sampler_for(config, worker if shared else None)
+    created = not exists
+    try:
+        study = optuna.create_study(
+            study_name=config.name, storage=storage, direction="maximize", sampler=sampler, load_if_exists=exists
+        )
+    except optuna.exceptions.DuplicatedStudyError:  # another worker created it a moment ago
+        study = optuna.load_study(study_name=config.name, storage=storage, sampler=sampler)
+        created = False
+    settings = settings_of(config, space)
+    if shared and not created and (difference := records.check_joinable(study, settings)):
+        raise ConfigError(
+            f"study {config.name!r} in {where} {difference}; give every worker the same [workloads], [measure] "
+            "and [objective] (each its own [server]), or choose another --study-name."
+        )
+    _fail_interrupted(study, shared=shared, heartbeats=has_heartbeats(storage), worker=worker)
+    if created:
+        records.write_study_settings(study, settings)
+        if queue_initial:
+            _queue_initial(study, config, space)
+    return study
+
+
+def _fail_interrupted(study: optuna.Study, *, shared: bool, heartbeats: bool, worker: str) -> None:
+    """Fail the trials a run of this worker left RUNNING when it died; on shared storage, queue them again."""
+    fail_stale_trials(study)
+    for stale in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        record = records.read_trial(stale)
+        if shared and (heartbeats or record.worker != worker):
+            continue
+        records.record_failure_of(study, stale.number, "interrupted: the run that measured it died")
+        study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
+        if shared and record.key is not None:
+            requeue_stale_trial(study, stale, "died and started again")
+
+
+def _queue_initial(study: optuna.Study, config: StudyConfig, space: Space) -> None:
+    if config.search.no_speculation:
+        study.enqueue_trial(space.params_for(None))
+    if config.search.baseline is not None:
+        study.enqueue_trial(space.params_for(config.search.baseline))
+    if config.sampler == "grid":
+        for params in space.distinct_params():
+            study.enqueue_trial(params, skip_if_exists=True)

@@ -1,0 +1,161 @@
+"""One trial: start the server with a spec config, measure every workload, record, stop it.
+
+The trial's figures go into the study (tuning/records.py), its full measurement into
+``trials/trial-NNNN.json`` beside it, its server log into ``logs/``. A server that does not
+start, dies, or measures nothing makes a failed trial with a one-line reason; what was measured
+before that is kept in the trial file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import optuna
+
+from specsweep.config import StudyConfig
+from specsweep.engines.registry import EngineInfo
+from specsweep.errors import LaunchError, SpecsweepError
+from specsweep.runtime.identity import read_server_identity
+from specsweep.runtime.measure import Measurement, MeasureSettings, run_measure
+from specsweep.runtime.trial_server import TrialServer
+from specsweep.tuning import records
+from specsweep.tuning.events import MeasuringWorkload, TrialDone, TrialFailed, TrialProgress, TrialReady, TrialStarting
+from specsweep.tuning.study_store import StudyPaths
+from specsweep.types import EventCallback, LevelFigures, SpeculativeConfig
+from specsweep.workload import Workload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Objective:
+    """A trial's objective (None: not met) and its constraint values (<= 0 is feasible)."""
+
+    value: float | None
+    constraints: list[float]
+    reason: str | None  # why there is no value
+
+
+def trial_objective(config: StudyConfig, results: dict[str, dict[int, LevelFigures]]) -> Objective:
+    """Weighted aggregate tok/s at the objective's concurrency, and the constraints."""
+    objective = config.objective
+    level = objective.concurrency
+    total = weight_sum = 0.0
+    constraints: list[float] = []
+    for name, weight in config.workloads.items():
+        row = results.get(name, {}).get(level)
+        if row is None or row.output_tokens_per_s is None:
+            reason = f"no successful requests for workload {name} at concurrency {level}"
+            return Objective(value=None, constraints=[1.0], reason=reason)
+        total += weight * row.output_tokens_per_s
+        weight_sum += weight
+        constraints.append(float(row.errors - objective.max_errors))
+        if objective.max_ttft_p95_s is not None:
+            constraints.append(float((row.ttft_p95_s or 0.0) - objective.max_ttft_p95_s))
+    return Objective(value=total / weight_sum, constraints=constraints, reason=None)
+
+
+class TrialRunner:
+    """Runs trials of one study: everything a trial needs that does not change between them."""
+
+    def __init__(
+        self,
+        config: StudyConfig,
+        paths: StudyPaths,
+        engine: EngineInfo,
+        workloads: dict[str, Workload],
+        *,
+        api_key: str | None,
+        worker: str,
+        emit: EventCallback,
+        ask_user: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.paths = paths
+        self.engine = engine
+        self.workloads = workloads
+        self.api_key = api_key
+        self.worker = worker
+        self.emit = emit
+        self.ask_user = ask_user
+        # On the emulator, rates and times are recorded in modelled (real-hardware) units.
+        self.time_scale = config.server.emulator.time_scale if config.server.mode == "emulator" else 1.0
+
+    def run(self, study: optuna.Study, trial: optuna.Trial, spec: SpeculativeConfig | None) -> float | None:
+        """Measure ``spec`` in ``trial`` and tell the study; the objective, or None if the trial failed."""
+        number = trial.number
+        self.paths.logs.mkdir(parents=True, exist_ok=True)
+        log_path = self.paths.logs / f"trial-{number:04d}.log"
+        server = TrialServer(
+            self.config.server, self.engine, log_path=log_path, ask_user=self.ask_user,
+            lease_path=self.paths.leases / f"{os.getpid()}.json",
+        )  # fmt: skip
+        self.emit(TrialStarting(trial=number, spec=spec))
+        header = {"worker": self.worker, "spec": None if spec is None else spec.to_json(), "log": str(log_path)}
+        measurements: dict[str, Measurement] = {}
+        try:
+            try:
+                started = server.start(spec, trial=number)
+            except LaunchError as exc:
+                return self.fail(study, trial, f"server did not start: {exc}")
+            header |= {
+                "startup_s": started.startup_s,
+                "argv": list(started.argv),
+                "boot": records.boot_to_stored(started.boot),
+            }
+            # What the server says it is (engine, version, model): a rig made from this study keeps it.
+            identity = read_server_identity(started.url, self.engine.name)
+            records.record_boot(
+                trial, argv=tuple(started.argv), startup_s=started.startup_s, boot=started.boot, server=identity
+            )
+            self.emit(TrialReady(trial=number, startup_s=started.startup_s, boot=started.boot))
+            for name, workload in self.workloads.items():
+                self.emit(MeasuringWorkload(trial=number, workload=name))
+                measurements[name] = run_measure(
+                    self._measure_settings(started.url), workload, on_event=self._relay(number, name)
+                )
+                crashed = server.crashed()
+                if crashed or measurements[name].error:
+                    records.write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
+                    return self.fail(study, trial, crashed or f"measurement failed: {measurements[name].error}")
+        finally:
+            with contextlib.suppress(SpecsweepError):
+                server.stop()
+        record_file = records.write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
+        results = {name: records.level_figures(m, time_scale=self.time_scale) for name, m in measurements.items()}
+        objective = trial_objective(self.config, results)
+        records.record_results(trial, results=results, constraints=objective.constraints, record_file=record_file)
+        if objective.value is None:
+            return self.fail(study, trial, objective.reason or "no successful requests")
+        study.tell(trial, objective.value)
+        self.emit(TrialDone(trial=number, value=objective.value, spec=spec, results=results))
+        return objective.value
+
+    def fail(self, study: optuna.Study, trial: optuna.Trial, reason: str) -> None:
+        records.record_failure(trial, reason)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        self.emit(TrialFailed(trial=trial.number, reason=reason))
+
+    def _relay(self, number: int, workload: str) -> EventCallback:
+        def relay(event: object) -> None:
+            self.emit(TrialProgress(trial=number, workload=workload, event=event))
+
+        return relay
+
+    def _measure_settings(self, url: str) -> MeasureSettings:
+        m = self.config.measure
+        return MeasureSettings(
+            endpoint=url,
+            model=self.config.server.model,
+            engine=self.engine.name if self.engine.name != "emulator" else "vllm",
+            api=self.config.server.api,
+            concurrency=m.concurrency,
+            requests=m.requests,
+            warmup=m.warmup,
+            max_tokens=m.max_tokens,
+            temperature=m.temperature,
+            api_key=self.api_key,
+            seed=self.config.seed,
+            timeout_s=m.timeout_s,
+        )
