@@ -1,27 +1,36 @@
-"""Recommended draft length against the emulator's truth, over seeded studies per bundled profile.
+"""Regret of what a study recommends and of what it pastes, against the emulator's truth.
 
-    python bench/recommendation_accuracy.py [--seeds 10] [--profiles NAME,...] [--requests 12]
-        [--workloads prose,technical] [--levels 1,4]
+    python bench/recommendation_accuracy.py [--seeds 5] [--profiles NAME|PATH,...] [--requests 12]
+        [--variation 0.15] [--drift 0.05] [--noise off,on] [--levels 1,4]
 
-For every bundled emulator profile and seed: a real study (the emulator as a process, restarted
-per configuration, measured over HTTP like any server) over speculation off and k = 1..K with
-probabilistic drafting at the profile's reference temperature, both bundled workloads at
-concurrency 1 and 4; then the study's analysis (acceptance fits, throughput model, tie rule) and
-its recommended k per workload and concurrency, compared with the true best k from the
-emulator's model (compute_truth, the closed-loop rate of the same request shape). Also: the
-share of measured positions whose 95% interval holds the true S_i. Prints one table per
-profile and the match counts.
+For every profile, seed and noise setting: a real study, as a user runs it (the model-guided
+search; the emulator as a process restarted per configuration and measured over HTTP), over
+speculation off and k = 1..K with both draft methods, both bundled workloads at every level.
+With the noise knob on, every emulator start draws a step-time factor (``--start-variation``,
+relative sd) and drifts slowly (``--drift``), as real servers on this machine vary from run to
+run (10 to 20%).
+
+Regret of a pick in a cell (workload, concurrency) is 1 - truth(pick) / truth(best), the truth
+from the emulator's model (compute_truth: the closed-loop rate of the same request shape, both
+draft methods). Scored per cell: the recommendation, and the snippet (the spec config pasted,
+read at that concurrency, per-batch-size table and draft method included). A cell whose pick
+misses by more than 2% but whose recommendation names the truth's best among its tied leaders
+is counted as "tied, best named". The last line:
+
+    worst regret (recommendation and snippet, every cell): X%; mean: Y%
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from specsweep.analysis.drafters import Candidate, candidate_of
 from specsweep.config import EmulatorServer, MeasureConfig, Objective, SearchSpace, ServerConfig, StudyConfig
-from specsweep.emulator.model import acceptance_curve, compute_truth, workload_prompt_tokens
+from specsweep.emulator.model import compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import bundled_profile_names, load_profile
 from specsweep.engines.vllm import METHODS_NEEDING_MODEL, validate_speculative_config
 from specsweep.tuning.stored import analyze_stored_study
@@ -30,10 +39,12 @@ from specsweep.tuning.study_store import study_paths
 
 WORKLOADS = ("prose", "technical")
 LEVELS = (1, 4)
-K_MAX = {"dgx-spark-v4-flash": 5, "l40s-llama-8b-eagle3": 6}
+METHODS = ("greedy", "probabilistic")
+K_MAX = 5
 # The emulator keeps its schedule while a modelled step lasts at least about half a millisecond
-# of wall time: the L40S rig's 10-15 ms steps allow 20x, the DGX rig's 40-200 ms ones 100x.
-TIME_SCALE = {"dgx-spark-v4-flash": 100.0, "l40s-llama-8b-eagle3": 20.0}
+# of wall time: the DGX rig's 40-200 ms steps allow 100x, the others' 10-15 ms ones 20x.
+TIME_SCALE = {"dgx-spark-v4-flash": 100.0}
+MISS = 0.02  # a pick this much below the truth's best is a miss
 
 
 def fixed_fields(method: str) -> dict:
@@ -41,109 +52,130 @@ def fixed_fields(method: str) -> dict:
     return {"method": method, **({"model": "draft-head"} if method in METHODS_NEEDING_MODEL else {})}
 
 
-def spec(method: str, k: int):
-    return validate_speculative_config(
-        {**fixed_fields(method), "num_speculative_tokens": k, "draft_sample_method": "probabilistic"}
-    )
-
-
-def true_best(
-    profile_name: str, k_max: int, workloads=WORKLOADS, levels=LEVELS
-) -> dict[tuple[str, int], tuple[int, dict[int, float]]]:
+def truth_rates(profile_name: str, levels) -> dict[tuple[str, int], dict[Candidate, float]]:
+    """Every configuration's true rate per cell."""
     profile = load_profile(profile_name)
-    prompts = {w: workload_prompt_tokens(w) for w in workloads}
-    rates: dict[tuple[str, int], dict[int, float]] = {}
-    for k in range(0, k_max + 1):
-        config = spec(profile.methods[0], k) if k else None
+    prompts = {w: workload_prompt_tokens(w) for w in WORKLOADS}
+    out: dict[tuple[str, int], dict[Candidate, float]] = {}
+    configs = [None] + [
+        validate_speculative_config(
+            {**fixed_fields(profile.methods[0]), "num_speculative_tokens": k, "draft_sample_method": m}
+        )
+        for k in range(1, K_MAX + 1)
+        for m in METHODS
+    ]
+    for config in configs:
         truth = compute_truth(profile, config, profile.reference_temperature, levels, prompt_tokens=prompts)
-        for workload in workloads:
+        for workload in WORKLOADS:
             for level in truth[workload].levels:
-                rates.setdefault((workload, level.concurrency), {})[k] = level.output_tokens_per_s
-    return {key: (max(r, key=r.__getitem__), r) for key, r in rates.items()}
+                out.setdefault((workload, level.concurrency), {})[candidate_of(config)] = level.output_tokens_per_s
+    return out
 
 
-def one_study(profile_name: str, seed: int, folder: Path, args: argparse.Namespace) -> dict:
+def one_study(profile_name: str, seed: int, noisy: bool, folder: Path, args: argparse.Namespace) -> dict:
     profile = load_profile(profile_name)
-    k_max = K_MAX.get(profile_name, 6)
-    scale = args.time_scale or TIME_SCALE.get(profile_name, 20.0)
+    scale = args.time_scale or TIME_SCALE.get(profile.name, 20.0)
+    extra = ["--startup-seconds", "5"]
+    if noisy:
+        extra += ["--start-variation", str(args.variation), "--drift", str(args.drift)]
     config = StudyConfig(
-        name=f"{profile_name}-{seed}",
-        sampler="grid",
+        name=f"{profile.name}-{seed}-{'noisy' if noisy else 'quiet'}",
+        sampler="model",
         seed=seed,
         server=ServerConfig(
             engine="emulator", mode="emulator", ready_timeout_s=60.0, stop_grace_s=5.0,
-            emulator=EmulatorServer(profile=profile_name, time_scale=scale, seed=seed,
-                                    extra_args=("--startup-seconds", "5")),
+            emulator=EmulatorServer(profile=profile_name, time_scale=scale, seed=seed, extra_args=tuple(extra)),
         ),
-        search=SearchSpace(num_speculative_tokens=(1, k_max), draft_sample_method=("probabilistic",),
+        search=SearchSpace(num_speculative_tokens=(1, K_MAX), draft_sample_method=METHODS,
                            fixed=fixed_fields(profile.methods[0])),
-        workloads={w: 1.0 for w in args.workloads},
+        workloads={w: 1.0 for w in WORKLOADS},
         measure=MeasureConfig(concurrency=args.levels, requests=args.requests, max_tokens=600,
                               temperature=profile.reference_temperature),
         objective=Objective(concurrency=min(args.levels)),
     )  # fmt: skip
-    runner = StudyRunner(config, study_paths(config, folder))
-    outcome = runner.run()
+    outcome = StudyRunner(config, study_paths(config, folder)).run()
     analysis = analyze_stored_study(outcome.study, seed=seed).analysis
-    truth = true_best(profile_name, k_max, args.workloads, args.levels)
-    rows = {}
-    for workload in args.workloads:
+    truth = truth_rates(profile_name, args.levels)
+    cells = []
+    for workload in WORKLOADS:
+        plan = analysis.snippet(workload)
         for level in args.levels:
+            rates = truth[(workload, level)]
+            best = max(rates, key=rates.__getitem__)
             rec = analysis.recommendation(workload, level)
-            best_k, rates = truth[(workload, level)]
-            chosen = rec.choice.num_speculative_tokens if rec is not None else -1
-            rows[(workload, level)] = {
-                "chosen": chosen,
-                "true": best_k,
-                "loss": 1 - rates.get(chosen, 0.0) / rates[best_k],
-                "tie": bool(rec and rec.tie_rule_applied),
-            }
-    covered = total = 0
-    for entry in analysis.acceptance:
-        true_curve = acceptance_curve(
-            profile, entry.workload, spec(profile.methods[0], k_max), profile.reference_temperature
-        )
-        for position in entry.fit.positions:
-            total += 1
-            covered += position.per_position_low <= true_curve[position.position - 1] <= position.per_position_high
-    return {"rows": rows, "covered": covered, "positions": total, "restarts": outcome.restarts}
+            pick = rec.choice if rec is not None else None
+            pasted = candidate_of(plan.spec, level) if plan is not None else None
+            cells.append(
+                {
+                    "cell": (workload, level),
+                    "best": best,
+                    "pick": pick,
+                    "regret": 1.0 - rates.get(pick, 0.0) / rates[best] if pick is not None else 1.0,
+                    "snippet_regret": 1.0 - rates.get(pasted, 0.0) / rates[best] if pasted is not None else 1.0,
+                    "tied_best": rec is not None and best in rec.tied,
+                }
+            )
+    return {"cells": cells, "restarts": outcome.restarts, "ties": outcome.ties}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--time-scale", type=float, default=None, help="default: per profile (TIME_SCALE)")
     parser.add_argument("--requests", type=int, default=12)
-    parser.add_argument("--profiles", default=",".join(bundled_profile_names()))
-    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="bundled workloads, comma-separated")
+    parser.add_argument("--profiles", default=",".join(bundled_profile_names()), help="names or profile TOML paths")
     parser.add_argument("--levels", default=",".join(map(str, LEVELS)), help="concurrency levels, comma-separated")
+    parser.add_argument("--noise", default="off,on", help="off, on, or off,on")
+    parser.add_argument("--variation", type=float, default=0.15, help="with the noise on: --start-variation")
+    parser.add_argument("--drift", type=float, default=0.05, help="with the noise on: --drift")
     args = parser.parse_args()
-    args.workloads = tuple(args.workloads.split(","))
     args.levels = tuple(int(b) for b in args.levels.split(","))
     folder = Path(tempfile.mkdtemp(prefix="specsweep-recommend-"))
     started = time.monotonic()
-    print(f"seeded emulator studies: grid over off and k=1..K (probabilistic), {args.requests} x 600-token requests "
-          f"per level, time scale {args.time_scale or 'per profile'}; recommended k vs the true best k")  # fmt: skip
-    summary = []
+    print(
+        f"seeded emulator studies (model-guided search, k=1..{K_MAX}, greedy and probabilistic, {args.requests} x "
+        f"600-token requests per level, levels {list(args.levels)}); noise on: start variation {args.variation:.0%}, "
+        f"drift {args.drift:.0%}"
+    )
+    print(
+        f"{'profile':24s} {'noise':5s} {'workload':9s} {'B':>3s} {'true best':>18s} {'picks (per seed)':>32s} "
+        f"{'worst rec':>9s} {'worst paste':>11s} {'tied, best named':>16s}"
+    )
+    regrets: list[float] = []
+    excused = 0
     for name in args.profiles.split(","):
-        results = [one_study(name, seed, folder, args) for seed in range(args.seeds)]
-        print(f"\nprofile {name}")
-        print(f"{'workload':>10} {'conc':>5} {'true k':>7} {'chosen k per seed':>28} {'match':>6} {'tie rule':>9} "
-              f"{'worst loss':>11}")  # fmt: skip
-        for workload in args.workloads:
-            for level in args.levels:
-                rows = [r["rows"][(workload, level)] for r in results]
-                matches = sum(r["chosen"] == r["true"] for r in rows)
-                chosen = " ".join(str(r["chosen"]) for r in rows)
-                worst = max(r["loss"] for r in rows)
-                summary.append((name, workload, level, matches, len(rows)))
-                print(f"{workload:>10} {level:>5} {rows[0]['true']:>7} {chosen:>28} {matches:>3}/{len(rows):<2} "
-                      f"{sum(r['tie'] for r in rows):>9} {100 * worst:>10.1f}%")  # fmt: skip
-        covered = sum(r["covered"] for r in results)
-        positions = sum(r["positions"] for r in results)
-        print(f"true S_i inside the 95% Wilson interval: {covered}/{positions} ({100 * covered / positions:.1f}%)")
-    worst = min(m / n for *_, m, n in summary)
-    print(f"\nworst match rate over profiles, workloads and levels: {worst:.2f} ({time.monotonic() - started:.0f} s)")
+        for noise in args.noise.split(","):
+            runs = [one_study(name, seed, noise == "on", folder, args) for seed in range(args.seeds)]
+            for index, (workload, level) in enumerate((w, b) for w in WORKLOADS for b in args.levels):
+                cells = [run["cells"][index] for run in runs]
+                for cell in cells:
+                    for regret in (cell["regret"], cell["snippet_regret"]):
+                        if regret > MISS and cell["tied_best"] and noise == "on":
+                            excused += 1  # the study said it could not tell its pick from the best
+                        else:
+                            regrets.append(regret)
+                picks = " ".join(c["pick"].short_label.replace("probabilistic", "p").replace("greedy", "g")
+                                 if c["pick"] else "-" for c in cells)  # fmt: skip
+                print(
+                    f"{Path(name).stem:24s} {noise:5s} {workload:9s} {level:>3d} {cells[0]['best'].short_label:>18s} "
+                    f"{picks:>32s} {100 * max(c['regret'] for c in cells):>8.1f}% "
+                    f"{100 * max(c['snippet_regret'] for c in cells):>10.1f}% "
+                    f"{sum(c['tied_best'] for c in cells):>13d}/{len(cells)}"
+                )
+            restarts = [run["restarts"] for run in runs]
+            named = sum(bool(r["ties"]) for r in runs)
+            print(
+                f"  {Path(name).stem} noise {noise}: restarts per study {statistics.median(restarts):.0f} median, "
+                f"{max(restarts)} most; studies that named tied leaders: {named}"
+            )
+    print(
+        f"{len(regrets)} scored picks; {excused} misses with the noise on whose study named the true best among "
+        f"its tied leaders; {time.monotonic() - started:.0f} s"
+    )
+    print(
+        f"worst regret (recommendation and snippet, every cell): {100 * max(regrets):.1f}%; "
+        f"mean: {100 * statistics.fmean(regrets):.2f}%"
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import math
 import random
+import statistics
 from itertools import accumulate, pairwise
 
 import pytest
@@ -161,3 +162,31 @@ def test_closed_loop_truth_tends_to_the_decode_rate_for_long_requests() -> None:
     per_request = profile.timing.request_overhead_s + 300 / profile.timing.prefill_tokens_per_s
     per_request += (100 + 0.5) * step_time_s(profile, None, 0, 1)
     assert off == pytest.approx(101 / per_request)
+
+
+def test_run_to_run_variation_draws_one_factor_per_start_around_the_truth() -> None:
+    """The noise knob: each start (process) draws its own step-time factor, log-normal with mean 1
+    and the asked relative sd, reproducible per (seed, start); the truth stays the nominal model."""
+    from specsweep.emulator.engine import Engine
+
+    profile = load_profile().with_variation(start_variation=0.15, drift=None)
+    factors = [Engine(profile, None, seed=7, start_index=i).start_factor for i in range(2000)]
+    assert statistics.fmean(factors) == pytest.approx(1.0, abs=0.015)
+    assert statistics.stdev(math.log(f) for f in factors) == pytest.approx(0.15, rel=0.08)
+    assert Engine(profile, None, seed=7, start_index=3).start_factor == factors[3]
+    assert Engine(load_profile(), None, seed=7, start_index=3).start_factor == 1.0  # off by default
+    quiet = compute_truth(load_profile(), None, 0.6, [1])
+    assert compute_truth(profile, None, 0.6, [1]) == quiet  # the truth is the nominal rig
+
+
+def test_drift_moves_the_step_time_slowly_around_its_nominal_value() -> None:
+    from specsweep.emulator.engine import Engine
+
+    profile = load_profile().with_variation(start_variation=None, drift=0.05)
+    engine = Engine(profile, None, seed=1, start_index=0)
+    seen = []
+    for step in range(900):
+        engine._modelled_s = step  # one modelled second apart, over one drift period (900 s)
+        seen.append(engine._variation())
+    assert max(seen) == pytest.approx(1.05, abs=0.002) and min(seen) == pytest.approx(0.95, abs=0.002)
+    assert max(abs(b - a) for a, b in pairwise(seen)) < 0.001  # slow: no jump between neighbouring seconds

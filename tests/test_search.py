@@ -6,7 +6,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +16,12 @@ from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.analysis.study import analyze_study
 from specsweep.config import SearchSpace, parse_study_config
 from specsweep.tuning.events import Planned
-from specsweep.tuning.records import read_trial
+from specsweep.tuning.records import read_trial, read_trials
 from specsweep.tuning.space import OFF_KEY, build_space, config_key
 from specsweep.tuning.strategy import decide_next
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
+from specsweep.types import StudySettings
 
 from .builders import emulator_study, write_study
 from .test_study import true_best
@@ -78,8 +78,14 @@ def trials_for(*configs: tuple[int, str], noise: float = 0.0) -> list:
     return [make_trial(i, k, m, noise=noise) for i, (k, m) in enumerate(configs)]
 
 
+SETTINGS = StudySettings(
+    workload_weights={"prose": 1.0}, concurrency_levels=(1,), objective_concurrency=1, k_range=(1, 5),
+    baseline_key=None,
+)  # fmt: skip
+
+
 def decide(trials, **kwargs):
-    return decide_next([read_trial(t) for t in trials], SPACE, concurrency=1, workloads={"prose": 1.0}, **kwargs)
+    return decide_next([read_trial(t) for t in trials], SPACE, SETTINGS, **kwargs)
 
 
 def chosen(decision) -> tuple[int, str] | None:
@@ -98,44 +104,55 @@ def test_speculation_off_first_then_each_drafter_at_its_largest_k() -> None:
     assert "acceptance of every shorter draft" in third.reason
 
 
-def test_then_a_line_pinning_k_at_the_predicted_optimum_then_the_optimum() -> None:
+def run_until_stop(measured: list, *, noise: float, most: int = 12) -> tuple[list, object]:
+    """Measure what the search asks for (simulated) until it stops: its steps and its stop."""
+    steps = []
+    decision = decide(trials_for(*measured, noise=noise))
+    while decision.params is not None and len(steps) < most:
+        steps.append(decision)
+        measured.append(chosen(decision))
+        decision = decide(trials_for(*measured, noise=noise))
+    return steps, decision
+
+
+def test_then_a_line_pinning_k_at_the_predicted_optimum_a_repeat_then_the_optimum() -> None:
     measured = [(0, "off"), (5, "greedy"), (5, "probabilistic")]
     pin = decide(trials_for(*measured))
     assert pin.phase == "pin the step-time line"
     assert "known from one draft length only" in pin.reason
     k, method = chosen(pin)
     assert method == "probabilistic" and k < 5  # the better drafter, well inside the range
-    steps = [pin]
-    while steps[-1].params is not None and len(steps) < 8:
-        measured.append(chosen(steps[-1]))
-        steps.append(decide(trials_for(*measured, noise=0.01)))
-    assert steps[-1].phase == "stop", [s.reason for s in steps]
-    assert any(s.phase in ("predicted optimum", "upper bound") for s in steps[1:-1])
+    steps, stop = run_until_stop(measured, noise=0.01)
+    assert stop.phase == "stop", [s.reason for s in steps]
+    repeats = [s for s in steps if s.phase == "repeat"]
+    assert len(repeats) == 1 and repeats[0].repeat  # the run-to-run noise is measured once, by a repeat
     assert best_by_truth() in measured
-    assert len(measured) <= 6 < SPACE.size()  # off, two largest k, then at most three more
+    assert len(set(measured)) <= 7 < SPACE.size()  # off, two largest k, a few more (repeats aside)
 
 
 def test_the_stop_fires_when_nothing_untried_can_beat_the_best() -> None:
-    # Every probabilistic k measured with a little noise; greedy accepts 15% less at the same cost.
-    measured = [(0, "off"), (5, "greedy")] + [(k, "probabilistic") for k in range(1, 6)]
-    decision = decide(trials_for(*measured, noise=0.01))
-    assert decision.params is None and decision.phase == "stop"
-    assert "by more than the measured noise" in decision.reason
-    assert decision.noise is not None and 0.01 <= decision.noise < 0.05
+    # Every probabilistic k measured with a little noise, the leader twice; greedy accepts 15% less
+    # at the same cost.
+    measured = [(0, "off"), (5, "greedy")] + [(k, "probabilistic") for k in range(1, 6)] + [(3, "probabilistic")]
+    steps, decision = run_until_stop(measured, noise=0.01)
+    assert all(s.phase == "separate" for s in steps)  # nothing untried is worth a start: at most leaders again
+    assert decision.phase == "stop", decision.reason
+    assert "by more than the run-to-run noise (prose " in decision.reason
+    assert 0.01 <= decision.noise["prose"].relative_sd < 0.05 and decision.noise["prose"].df >= 1
     best_k = json.loads(decision.best_key)["num_speculative_tokens"]
     assert true_rate(best_k, "probabilistic") >= 0.98 * true_rate(*best_by_truth())
-    exact = decide(trials_for(*measured))
-    assert exact.phase == "stop" and exact.noise == pytest.approx(0.01)  # the floor: exact data have no residual
+    _, exact = run_until_stop(measured, noise=0.0)
+    assert exact.phase == "stop" and exact.noise["prose"].relative_sd == pytest.approx(0.01)  # the floor
     assert json.loads(exact.best_key)["num_speculative_tokens"] == best_by_truth()[0]
 
 
 def test_the_search_stops_on_the_model_the_report_draws() -> None:
     """One observation builder and one acceptance fit: the step-time model the search decided on is
     the report's, and so is each drafter's chosen decay model and its parameters."""
-    measured = [(0, "off"), (5, "greedy")] + [(k, "probabilistic") for k in range(1, 6)]
-    trials = trials_for(*measured, noise=0.01)
-    decision = decide(trials)
+    measured = [(0, "off"), (5, "greedy")] + [(k, "probabilistic") for k in range(1, 6)] + [(3, "probabilistic")]
+    _, decision = run_until_stop(measured, noise=0.01)
     assert decision.phase == "stop"
+    trials = trials_for(*measured, noise=0.01)
     configs = [read_trial(t).measured_config() for t in trials]
     analysis = analyze_study(configs, workloads=["prose"], concurrency_levels=[1], objective_concurrency=1, k_max=5)
     searched = decision.models["prose"]
@@ -149,21 +166,39 @@ def test_the_search_stops_on_the_model_the_report_draws() -> None:
 
 
 def test_the_stop_does_not_fire_while_an_untried_config_can_beat_the_best() -> None:
-    # The line is pinned and the noise measured (k = 1, 2, 5), but the true best k = 3 is untried.
+    # The line is pinned and the noise measured (k = 1, 2 twice, 5), but the true best k = 3 is untried.
     assert best_by_truth() == (3, "probabilistic")  # math.md: technical, c = 0.10
     measured = [(0, "off"), (5, "greedy"), (5, "probabilistic"), (2, "probabilistic"), (1, "probabilistic")]
-    decision = decide(trials_for(*measured, noise=0.01))
-    assert decision.noise is not None
+    decision = decide(trials_for(*measured, (2, "probabilistic"), noise=0.01))
+    assert "prose" in decision.noise
     assert decision.params is not None and chosen(decision) in ((3, "probabilistic"), (4, "probabilistic"))
     top = max(decision.candidates, key=lambda c: c.upper)
-    assert top.upper > decision.best_objective * (1 + decision.noise)
+    assert top.upper > decision.best_objective * (1 + decision.noise["prose"].relative_sd)
 
 
-def test_no_stop_before_the_noise_is_measured() -> None:
-    measured = [(0, "off"), (5, "greedy"), (5, "probabilistic"), (2, "probabilistic")]
-    decision = decide(trials_for(*measured))
-    assert decision.noise is None and decision.params is not None
-    assert "noise is not measured yet" in decision.reason
+def test_no_stop_before_the_noise_is_measured_by_a_repeat() -> None:
+    measured = [(0, "off"), (5, "greedy"), (5, "probabilistic"), (2, "probabilistic"), (1, "probabilistic")]
+    decision = decide(trials_for(*measured, noise=0.01))
+    assert not decision.noise and decision.params is not None and decision.phase != "stop"
+    while decision.phase != "repeat":  # pins and bounds may come first; the noise is measured before any stop
+        measured.append(chosen(decision))
+        decision = decide(trials_for(*measured, noise=0.01))
+        assert decision.params is not None and decision.phase != "stop"
+    assert decision.repeat and chosen(decision) in measured
+
+
+def test_leaders_the_data_cannot_tell_apart_are_measured_again_in_turn_then_named() -> None:
+    """Two configurations 0.3% apart in truth, under 4% run-to-run noise: the search measures them
+    in turn up to two starts each, then stops and names them as tied with what would separate them."""
+    measured = [(0, "off"), (5, "greedy")] + [(k, "probabilistic") for k in range(1, 6)] + [(3, "probabilistic")]
+    steps, decision = run_until_stop(measured, noise=0.04)
+    separate = [s for s in steps if s.phase == "separate"]
+    assert separate and all(s.repeat for s in separate), [s.reason for s in steps]
+    assert decision.phase == "stop"
+    starts = {c: measured.count(c) for c in set(measured)}
+    assert max(starts.values()) <= 2
+    if decision.ties:
+        assert "server starts of each would separate" in decision.ties[0]
 
 
 def test_a_failed_largest_k_moves_the_acceptance_run_down() -> None:
@@ -204,9 +239,10 @@ def test_a_stopped_model_study_resumes_where_its_trials_leave_off(tmp_path: Path
     second = StudyRunner(config, paths, resume=True, on_event=events.append).run()
     plans = [e for e in events if isinstance(e, Planned)]
     assert plans and plans[0].phase != "speculation off"  # off and k = 4 are not measured again
-    keys = [t.user_attrs["key"] for t in second.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    assert len(keys) == len(set(keys)) == first.restarts + second.restarts
-    assert second.restarts + first.restarts < second.space.size() or "every configuration" in second.stop_reason
+    measured = [t for t in read_trials(second.study) if t.measured]
+    firsts = [t.key for t in measured if not t.repeat]  # every configuration measured once, repeats aside
+    assert len(firsts) == len(set(firsts)) and len(measured) == first.restarts + second.restarts
+    assert len(firsts) < second.space.size() or "every configuration" in second.stop_reason
 
 
 def specsweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -225,14 +261,12 @@ def test_model_study_on_the_emulator_finds_the_true_best_with_fewer_restarts_tha
             temperature=0.6, study={"sampler": "model"}, server={"ready_timeout_s": 60},
         ),
     )  # fmt: skip
-    started = time.monotonic()
     result = specsweep("study", "--config", str(config_file), cwd=tmp_path)
-    elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "sampler model" in out and "11 distinct configurations" in out
     stop = re.search(r"stopped: (.+) \((\d+) server restarts this run\)", out)
-    assert stop and "by more than the measured noise" in stop.group(1), out
+    assert stop and "by more than the run-to-run noise" in stop.group(1), out
     restarts = int(stop.group(2))
     assert restarts < 11
     match = re.search(r"prose at concurrency 1: k=(\d+) dspark \((\w+)\), ", out)  # the recommendation
@@ -240,7 +274,6 @@ def test_model_study_on_the_emulator_finds_the_true_best_with_fewer_restarts_tha
     assert (int(match.group(1)), match.group(2)) == true_best("prose", 1, 5), out
     snippet = re.search(r"--speculative-config '(.+)'", out)
     assert json.loads(snippet.group(1))["num_speculative_tokens"] == int(match.group(1))
-    assert elapsed < 180, elapsed  # about 70 s on 2 idle cores
 
 
 @pytest.mark.parametrize("sampler", ["grid", "tpe", "random"])

@@ -101,7 +101,7 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
     assert parse_speculative_config(recommended.stdout) == spec
     assert (folder / "study.db").is_file()
     restarts = int(re.search(r"\((\d+) server restarts this run\)", out).group(1))
-    assert "by more than the measured noise" in out and restarts < 11  # the grid has 11 configurations
+    assert "by more than the run-to-run noise" in out and restarts < 11  # the grid has 11 configurations
     assert len(list((folder / "trials").glob("trial-*.json"))) == restarts
     assert emulator_processes("--time-scale 100.0", cwd=tmp_path) == []
     # Running the README's command again continues the stored study: no restart, same answer.

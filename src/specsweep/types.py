@@ -231,6 +231,7 @@ class StudySettings:
     engine: str = "vllm"
     temperature: float | None = None
     config_source: str | None = None
+    max_num_seqs: int | None = None  # the server's, when its flags or profile say (bounds a per-batch-size table)
 
     @property
     def workloads(self) -> tuple[str, ...]:

@@ -39,12 +39,13 @@ def sample_rates(
     acceptance: Mapping[Drafter, AcceptanceInput],
     *,
     concurrency: int,
+    k_min: int = 1,
     k_max: int | None = None,
     draws: int = 400,
     seed: int = 0,
     acceptance_scale: Mapping[Drafter, Mapping[int, float]] | None = None,
 ) -> RateSample:
-    """R(k) = B E_w(k) / T(k) for off and every drafter's k = 1..k_max at one measured concurrency.
+    """R(k) = B E_w(k) / T(k) for off and every drafter's k = k_min..k_max at one measured concurrency.
 
     ``acceptance`` gives each drafter's acceptance for the workload: an AcceptanceFit, or plain
     S_1..S_K taken as exact (no uncertainty, no extrapolation past K). ``acceptance_scale``
@@ -77,12 +78,14 @@ def sample_rates(
             continue
         s_point, s_draws = _acceptance_arrays(acceptance[drafter], draws=draws, seed=int(rng.integers(2**31)))
         top = s_point.size if k_max is None else min(k_max, s_point.size)
-        ks = list(range(1, top + 1))
+        ks = list(range(max(k_min, 1), top + 1))
+        if not ks:
+            continue
         t_draws = np.maximum(step_time_draws(fit, ks, draws=draws, rng=rng), np.reshape(floor_draws, (-1, 1)))
         scale_of = (acceptance_scale or {}).get(drafter, {})
         scale = np.array([float(scale_of.get(k, 1.0)) for k in ks])
-        e_draws = 1.0 + np.cumsum(s_draws[:, :top], axis=1) * scale
-        e_points = 1.0 + np.cumsum(s_point[:top]) * scale
+        e_draws = 1.0 + np.cumsum(s_draws[:, :top], axis=1)[:, top - len(ks) :] * scale
+        e_points = 1.0 + np.cumsum(s_point[:top])[top - len(ks) :] * scale
         for j, k in enumerate(ks):
             t, source = fit.step_time_s(k)
             t = max(t, floor_point)
@@ -133,13 +136,14 @@ def predict_throughput(
     acceptance: Mapping[Drafter, AcceptanceInput],
     *,
     concurrency: int,
+    k_min: int = 1,
     k_max: int | None = None,
     confidence: float = 0.95,
     draws: int = 400,
     seed: int = 0,
 ) -> tuple[RatePrediction, ...]:
     """Rate against k with bands at one concurrency: what a throughput-against-k figure plots."""
-    sample = sample_rates(model, acceptance, concurrency=concurrency, k_max=k_max, draws=draws, seed=seed)
+    sample = sample_rates(model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed)
     low, high = band(sample.draws, sample.tokens_per_s, confidence)
     return tuple(
         RatePrediction(

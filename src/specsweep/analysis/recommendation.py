@@ -1,13 +1,14 @@
 """The recommended draft length and drafter per workload and concurrency, and per batch size.
 
-The candidate with the highest predicted rate wins, unless a smaller k of the same drafter (or
-speculation off) is not clearly slower and practically as fast: when the paired difference
-best - smaller has an interval that reaches 0 and its point estimate is within ``equivalence``
-(default 2%) of the best's rate, the smallest such k is recommended and the reason says so. A
-smaller k is cheaper (less draft compute, less KV memory, lower latency) for a gain the data
-cannot show; the margin keeps noisy data from trading a large predicted loss for that saving.
-With exact inputs the draws have no spread, the interval is the point itself, and the rule only
-fires on an exact tie.
+The candidate with the highest predicted rate wins; predictions use measured points first
+(analysis/throughput.py), so a measured configuration is ranked on what it did. Candidates the
+data cannot tell from the winner (the paired difference's interval reaches 0) are named as tied
+with it: they are what a study measures again, or what it says it could not separate. (An
+earlier rule took the smallest tied k when it was predicted within 2%: on noisy data that
+traded true losses of up to 3.6% for a saving the data could not show.)
+
+Only candidates inside the searched space compete: draft lengths ``k_min``..``k_max`` of the
+measured drafters, and speculation off when it was measured.
 
 Gains are fractions: 0.12 means 12% more tokens per second.
 """
@@ -66,8 +67,8 @@ class Recommendation:
     tokens_per_s_low: float
     tokens_per_s_high: float
     measured_tokens_per_s: float | None
-    highest_predicted: Candidate  # before the tie rule
-    tie_rule_applied: bool
+    tied: tuple[Candidate, ...]  # candidates the data cannot tell from the choice, best predicted first
+    measured: bool  # the choice itself was measured at this concurrency
     gain_over_off: Gain | None
     gain_over_baseline: Gain | None
     reason: str
@@ -84,36 +85,30 @@ def recommend_draft_length(
     concurrency: int,
     workload: str = "",
     baseline: Candidate | None = None,
+    k_min: int = 1,
     k_max: int | None = None,
     confidence: float = 0.95,
     draws: int = 400,
     seed: int = 0,
-    equivalence: float = 0.02,
     acceptance_scale: Mapping[Drafter, Mapping[int, float]] | None = None,
 ) -> Recommendation:
     """Best k and drafter for one workload at one measured concurrency (see the module doc).
 
     ``acceptance_scale``: see sample_rates."""
     sample = sample_rates(
-        model, acceptance, concurrency=concurrency, k_max=k_max, draws=draws, seed=seed,
+        model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed,
         acceptance_scale=acceptance_scale,
     )  # fmt: skip
-    best = int(np.argmax(sample.tokens_per_s))
-    shortfall = sample.draws[:, best : best + 1] - sample.draws
-    shortfall_point = sample.tokens_per_s[best] - sample.tokens_per_s
+    chosen = int(np.argmax(sample.tokens_per_s))
+    shortfall = sample.draws[:, chosen : chosen + 1] - sample.draws
+    shortfall_point = sample.tokens_per_s[chosen] - sample.tokens_per_s
     short_low, short_high = band(shortfall, shortfall_point, confidence)
     rate_low, rate_high = band(sample.draws, sample.tokens_per_s, confidence)
-    top = sample.candidates[best]
-    tied = [
-        j
-        for j, c in enumerate(sample.candidates)
-        if c.num_speculative_tokens < top.num_speculative_tokens
-        and (c.off or c.drafter == top.drafter)
-        and short_low[j] <= 0.0
-        and shortfall_point[j] <= equivalence * sample.tokens_per_s[best]
-    ]
-    chosen = min(tied, key=lambda j: sample.candidates[j].num_speculative_tokens) if tied else best
     choice = sample.candidates[chosen]
+    tied = sorted(
+        (j for j in range(len(sample.candidates)) if j != chosen and short_low[j] <= 0.0),
+        key=lambda j: -sample.tokens_per_s[j],
+    )
 
     def measured(candidate: Candidate) -> float | None:
         return model.measured_tokens_per_s(candidate, concurrency=concurrency, workload=workload)
@@ -132,7 +127,7 @@ def recommend_draft_length(
         )
         for j, c in enumerate(sample.candidates)
     )
-    reason = _reason(sample, best, chosen, short_low, short_high, confidence, equivalence)
+    reason = _reason(sample, chosen, tied, short_low, short_high, confidence)
     return Recommendation(
         workload=workload,
         concurrency=concurrency,
@@ -142,8 +137,8 @@ def recommend_draft_length(
         tokens_per_s_low=float(rate_low[chosen]),
         tokens_per_s_high=float(rate_high[chosen]),
         measured_tokens_per_s=measured(choice),
-        highest_predicted=top,
-        tie_rule_applied=chosen != best,
+        tied=tuple(sample.candidates[j] for j in tied),
+        measured=measured(choice) is not None,
         gain_over_off=_gain(sample, chosen, OFF, measured, confidence),
         gain_over_baseline=None if baseline is None else _gain(sample, chosen, baseline, measured, confidence),
         reason=reason,
@@ -155,26 +150,21 @@ def recommend_draft_length(
 
 
 def _reason(
-    sample: RateSample, best: int, chosen: int, low: np.ndarray, high: np.ndarray, confidence: float, equivalence: float
+    sample: RateSample, chosen: int, tied: list[int], low: np.ndarray, high: np.ndarray, confidence: float
 ) -> str:
-    top, choice = sample.candidates[best], sample.candidates[chosen]
-    rate = sample.tokens_per_s
-    if chosen == best:
-        text = f"{top.label} has the highest predicted rate ({rate[best]:.1f} tok/s)"
-        others = [j for j in range(len(rate)) if j != best]
-        if others:
-            runner = min(others, key=lambda j: rate[best] - rate[j])
-            text += (
-                f"; next is {sample.candidates[runner].label}, {rate[best] - rate[runner]:.2f} tok/s slower "
-                f"({confidence:.0%} interval {low[runner]:.2f} to {high[runner]:.2f})"
-            )
-        return text + (": turn speculation off." if top.off else ".")
-    return (
-        f"{top.label} predicts the most ({rate[best]:.1f} tok/s), but {choice.label} is not clearly slower: "
-        f"the paired difference is {rate[best] - rate[chosen]:.2f} tok/s ({confidence:.0%} interval "
-        f"{low[chosen]:.2f} to {high[chosen]:.2f}, which includes 0; within {equivalence:.0%} of the best), "
-        "so the smaller " + ("configuration, speculation off, is recommended." if choice.off else "k is recommended.")
-    )
+    top, rate = sample.candidates[chosen], sample.tokens_per_s
+    text = f"{top.label} has the highest predicted rate ({rate[chosen]:.1f} tok/s)"
+    others = [j for j in range(len(rate)) if j != chosen]
+    if others:
+        runner = min(others, key=lambda j: rate[chosen] - rate[j])
+        text += (
+            f"; next is {sample.candidates[runner].label}, {rate[chosen] - rate[runner]:.2f} tok/s slower "
+            f"({confidence:.0%} interval {low[runner]:.2f} to {high[runner]:.2f})"
+        )
+    if tied:
+        names = ", ".join(sample.candidates[j].label for j in tied[:3]) + (" and others" if len(tied) > 3 else "")
+        text += f"; the data cannot tell it from {names} (their paired difference interval includes 0)"
+    return text + (": turn speculation off." if top.off else ".")
 
 
 def _gain(sample: RateSample, chosen: int, other: Candidate, measured, confidence: float) -> Gain:

@@ -18,20 +18,19 @@ Pure: no storage, no I/O. The report and the CLI render what this returns.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from specsweep.analysis.aggregate import fit_aggregate_acceptance
 from specsweep.analysis.drafters import Drafter, candidate_of, drafter_of
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
+from specsweep.analysis.noise import run_to_run_noise
 from specsweep.analysis.rates import RatePrediction, predict_throughput
-from specsweep.analysis.recommendation import Recommendation, batch_size_table, recommend_draft_length
+from specsweep.analysis.recommendation import Recommendation, recommend_draft_length
+from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
 from specsweep.analysis.throughput import ThroughputModel, ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
-from specsweep.types import BatchSizeRange, LevelFigures, MeasuredConfig, SpeculativeConfig
-
-# Batch sizes the per-batch-size table covers: past the largest measured level its k holds.
-TABLE_MAX_BATCH = 1024
+from specsweep.types import LevelFigures, MeasuredConfig, SpeculativeConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,7 +70,9 @@ def model_workload(
     feasible = [c for c in configs if c.feasible]
     acceptance = drafter_acceptance(feasible, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
     observations = study_observations(feasible, workload)
-    throughput = fit_throughput_model(observations) if observations else None
+    noise = run_to_run_noise(feasible, workload)
+    run_noise = None if noise is None else (noise.relative_sd, noise.df)
+    throughput = fit_throughput_model(observations, run_noise=run_noise) if observations else None
     return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput)
 
 
@@ -88,17 +89,6 @@ class WorkloadPredictions:
     workload: str
     concurrency: int
     rows: tuple[RatePrediction, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SnippetPlan:
-    """The configuration to paste for one workload: the objective's choice, and a per-batch
-    table when other concurrency levels want another k of the same drafter."""
-
-    workload: str
-    spec: SpeculativeConfig | None
-    k_by_concurrency: dict[int, int]
-    table: tuple[BatchSizeRange, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -132,13 +122,19 @@ def analyze_study(
     workloads: Sequence[str],
     concurrency_levels: Sequence[int],
     objective_concurrency: int,
+    k_min: int = 1,
     k_max: int | None = None,
     baseline: SpeculativeConfig | None = None,
+    max_num_seqs: int | None = None,
     confidence: float = 0.95,
     draws: int = 400,
     seed: int = 0,
 ) -> StudyAnalysis:
-    """Fit, model and recommend for every workload and concurrency level a study measured."""
+    """Fit, model and recommend for every workload and concurrency level a study measured.
+
+    Recommendations stay inside the searched space: draft lengths ``k_min``..``k_max`` of the
+    measured drafters, or speculation off where it was measured. ``max_num_seqs`` bounds the
+    per-batch-size table (None: unknown, see analysis/snippet_plan.py)."""
     measured = [c for c in configs if c.feasible]
     if not measured:
         raise FitError("the study has no successfully measured configuration to analyse; run more trials.")
@@ -168,6 +164,7 @@ def analyze_study(
         model_inputs = {d: f for d, f in by_drafter.items()}
         base = candidate_of(baseline, objective_concurrency) if baseline is not None else None
         args_common = {"k_max": k_max, "confidence": confidence, "draws": draws, "seed": seed}
+        mine: list[Recommendation] = []
         for level in levels:
             args = {"concurrency": level, **args_common}
             predictions.append(
@@ -175,13 +172,14 @@ def analyze_study(
                     workload=workload, concurrency=level, rows=predict_throughput(model, model_inputs, **args)
                 )
             )
-            recommendations.append(
-                recommend_draft_length(model, model_inputs, workload=workload, baseline=base, **args)
+            mine.append(
+                recommend_draft_length(model, model_inputs, workload=workload, baseline=base, k_min=k_min, **args)
             )
+        recommendations.extend(mine)
+        templates = {d: c.spec for c in measured if (d := drafter_of(c.spec)) is not None and c.spec is not None}
+        snippets.append(plan_snippet(workload, mine, templates, max_num_seqs=max_num_seqs))
         target = objective_concurrency if objective_concurrency in levels else levels[0]
-        plan = _snippet(measured, recommendations, model, model_inputs, workload, levels, target, **args_common)
-        snippets.append(plan)
-        top = next(r for r in recommendations if r.workload == workload and r.concurrency == target)
+        top = next(r for r in mine if r.concurrency == target)
         if not top.speculation_off and top.choice.num_speculative_tokens >= k_max:
             notes.append(
                 f"{workload}: the best k is the largest one considered ({k_max}); widen "
@@ -302,28 +300,30 @@ def study_observations(configs: Sequence[MeasuredConfig], workload: str) -> list
     return out
 
 
-def _snippet(
-    configs: Sequence[MeasuredConfig],
-    recommendations: Sequence[Recommendation],
-    model: ThroughputModel,
-    acceptance: dict[Drafter, AcceptanceFit],
-    workload: str,
-    levels: Sequence[int],
-    objective_concurrency: int,
-    **args,
-) -> SnippetPlan:
-    """The spec to paste: the objective level's choice; other levels' best k of that drafter."""
-    top = next(r for r in recommendations if r.workload == workload and r.concurrency == objective_concurrency)
-    if top.speculation_off or top.choice.drafter is None:
-        return SnippetPlan(workload=workload, spec=None, k_by_concurrency={}, table=())
-    drafter = top.choice.drafter
-    k_by_level = {objective_concurrency: top.choice.num_speculative_tokens}
-    for level in levels:
-        if level != objective_concurrency:
-            rec = recommend_draft_length(model, {drafter: acceptance[drafter]}, concurrency=level, **args)
-            k_by_level[level] = rec.choice.num_speculative_tokens
-    template = next(c.spec for c in configs if c.spec is not None and drafter_of(c.spec) == drafter)
-    k = max(k_by_level.values())
-    table = batch_size_table(k_by_level, max_batch=TABLE_MAX_BATCH) if len(set(k_by_level.values())) > 1 else ()
-    spec = replace(template, num_speculative_tokens=k, num_speculative_tokens_per_batch_size=table or None)
-    return SnippetPlan(workload=workload, spec=spec, k_by_concurrency=dict(sorted(k_by_level.items())), table=table)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeasuredRate:
+    """One configuration's measured rate in one cell: the mean over its server starts."""
+
+    key: str
+    config: MeasuredConfig  # its first measurement (spec, boot facts)
+    tokens_per_s: float
+    starts: int
+
+
+def measured_rates(configs: Sequence[MeasuredConfig], workload: str, concurrency: int) -> list[MeasuredRate]:
+    """Every feasible configuration measured at ``concurrency`` for ``workload``, repeats averaged,
+    fastest first."""
+    groups: dict[str, list[MeasuredConfig]] = {}
+    for config in configs:
+        if config.feasible and config.rate(workload, concurrency):
+            groups.setdefault(config.key, []).append(config)
+    out = [
+        MeasuredRate(
+            key=key,
+            config=group[0],
+            tokens_per_s=sum(c.rate(workload, concurrency) or 0.0 for c in group) / len(group),
+            starts=len(group),
+        )
+        for key, group in groups.items()
+    ]
+    return sorted(out, key=lambda r: -r.tokens_per_s)

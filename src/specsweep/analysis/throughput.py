@@ -119,9 +119,17 @@ def _candidate(observation: ThroughputObservation) -> Candidate:
 
 
 def fit_throughput_model(
-    observations: Sequence[ThroughputObservation], *, fallback_relative_sd: float = FALLBACK_RELATIVE_SD
+    observations: Sequence[ThroughputObservation],
+    *,
+    fallback_relative_sd: float = FALLBACK_RELATIVE_SD,
+    run_noise: tuple[float, int] | None = None,
 ) -> ThroughputModel:
-    """Step time per (concurrency, drafter) from measured rates. FitError when nothing is usable."""
+    """Step time per (concurrency, drafter) from measured rates. FitError when nothing is usable.
+
+    ``run_noise``: (relative sd, degrees of freedom) of one measurement from server starts of the
+    same configuration (analysis/noise.py). When given it is the model's pooled noise: a measured
+    point is as good as a repeat says, whatever misfit a line across draft lengths shows (a
+    line's own residuals still widen its band where they are larger)."""
     usable = []
     for o in observations:
         values = (o.output_tokens_per_s, o.tokens_per_step, o.weight)
@@ -138,7 +146,7 @@ def fit_throughput_model(
         key = (o.concurrency, None if _candidate(o).off else o.drafter)
         groups.setdefault(key, []).append(o)
     points = {key: _points(group) for key, group in groups.items()}
-    (pooled, pooled_df), fits = _pooled_sd(points, fallback_relative_sd), []
+    (pooled, pooled_df), fits = run_noise or _pooled_sd(points, fallback_relative_sd), []
     for (concurrency, drafter), pts in sorted(points.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]))):
         off_points = points.get((concurrency, None)) if drafter is not None else None
         fits.append(_fit_line(concurrency, drafter, pts, off_points, pooled, pooled_df))

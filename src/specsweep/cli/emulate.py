@@ -61,6 +61,15 @@ def emulate(
         False, "--metrics-without-spec", help="Fault: /metrics lacks the spec-decode counters."
     ),
     startup_seconds: float = typer.Option(None, min=0.0, help="Fault/slow start: modelled startup time in seconds."),
+    start_variation: float = typer.Option(
+        None, min=0.0, help="Run-to-run variation: relative sd of a step-time factor drawn once per start (e.g. 0.1)."
+    ),
+    drift: float = typer.Option(
+        None, min=0.0, help="Run-to-run variation: relative amplitude of a slow drift of the step time (e.g. 0.05)."
+    ),
+    start_index: int = typer.Option(
+        0, min=0, help="Which start of a seeded study this is: draws this start's variation (studies pass the trial)."
+    ),
 ) -> None:
     """Serve a vLLM-compatible emulator of a speculative-decoding server (or print its truth).
 
@@ -86,6 +95,7 @@ def emulate(
         metrics_without_spec=metrics_without_spec,
         startup_s=startup_seconds,
     )
+    rig = rig.with_variation(start_variation=start_variation, drift=drift)
     if max_num_seqs is not None:
         rig = replace(rig, max_num_seqs=max_num_seqs)
     spec = None
@@ -115,6 +125,7 @@ def emulate(
         served_model_name=served_model_name,
         time_scale=time_scale,
         seed=seed,
+        start_index=start_index,
         log_stats=not disable_log_stats,
         trace_path=str(trace) if trace else None,
     )

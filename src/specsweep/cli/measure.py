@@ -21,6 +21,7 @@ from specsweep.runtime.measure import (
     RequestDone,
     WarmingUp,
     run_measure,
+    thin_levels,
 )
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
 from specsweep.tuning.rig import recommend_for_measurement
@@ -98,6 +99,9 @@ def measure(
     )
     loaded = load_workload(workload)
     console = Console(stderr=True)
+    thin = None if rate else thin_levels(settings.concurrency, settings.requests)
+    if thin:
+        console.print(f"[yellow]note:[/yellow] {thin}")
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),

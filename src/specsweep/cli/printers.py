@@ -17,7 +17,7 @@ from specsweep.analysis.recommendation import Recommendation
 from specsweep.analysis.rig import Rig
 from specsweep.analysis.study import StudyAnalysis
 from specsweep.report.snippets import render_snippet
-from specsweep.report.study_report import recommendation_summary
+from specsweep.report.study_report import recommendation_summary, snippet_heading
 from specsweep.runtime.measure import LevelResult, LevelStarted, Measurement, RequestDone, WarmingUp
 from specsweep.tuning.events import (
     MeasuredElsewhere,
@@ -51,10 +51,9 @@ def print_analysis(out: Console, analysis: StudyAnalysis, fmt: str) -> None:
         plan = analysis.snippet(workload)
         if plan is None:
             continue
-        if plan.table:
-            out.print(f"{workload}: k by concurrency {plan.k_by_concurrency}, as vLLM's per-batch-size table:")
-        elif len(analysis.workloads) > 1:
-            out.print(f"{workload}:")
+        out.print(f"{workload}: {snippet_heading(plan)}")
+        for line in plan.given_up + plan.untested:
+            out.print(f"  [yellow]note:[/yellow] {line}")
         out.print(render_snippet(plan.spec, fmt), highlight=False, markup=False)
 
 
@@ -135,10 +134,9 @@ def print_rig_recommendation(
             "predicted "
             f"({rec.confidence:.0%} {rec.tokens_per_s_low:.1f}-{rec.tokens_per_s_high:.1f}){running}{_gain(rec)}"
         )
-        if rec.tie_rule_applied:
-            out.print(
-                f"    {rec.highest_predicted.short_label} predicts more, but not clearly: the smaller k is recommended"
-            )
+        if rec.tied:
+            tied = ", ".join(c.short_label for c in rec.tied)
+            out.print(f"    the data cannot tell it from {tied}: measure both again to separate them")
         if item.extrapolated_positions:
             first, last = item.extrapolated_positions[0], item.extrapolated_positions[-1]
             span = f"position {first}" if first == last else f"positions {first}..{last}"
@@ -293,7 +291,10 @@ class StudyProgress:
 
 def print_best_measured(out: Console, configs: Sequence[MeasuredConfig], settings: StudySettings) -> None:
     """The best measured configuration per workload and concurrency, with its gains."""
-    out.print("\n[bold]best measured configuration[/bold] (aggregate output tok/s, wall clock, client-side)")
+    out.print(
+        "\n[bold]best measured configuration[/bold] (aggregate output tok/s while every stream was busy, "
+        "client-side; repeats averaged)"
+    )
     for name in settings.workloads:
         for level in settings.concurrency_levels:
             pick = pick_best(configs, workload=name, concurrency=level, baseline_key=settings.baseline_key)

@@ -144,6 +144,8 @@ def study(
     with status:
         outcome = runner.run(max_trials=trials)
     out.print(f"\nstopped: {outcome.stop_reason} ({outcome.restarts} server restarts this run)")
+    for tie in outcome.ties:
+        out.print(f"  [yellow]tied:[/yellow] {tie}")
     _print_results(out, outcome.study, on_emulator=on_emulator)
     _write_rig(out, outcome, chosen, paths.folder)
     if paths.storage.startswith("sqlite:///"):

@@ -35,6 +35,7 @@ class EmulatorSettings:
     served_model_name: str | None = None
     time_scale: float = 1.0
     seed: int = 0
+    start_index: int = 0  # which start of a seeded study this is (draws its run-to-run variation)
     log_stats: bool = True
     trace_path: str | None = None  # JSON lines: each stream's first and last chunk write times
 
@@ -150,7 +151,7 @@ async def _serve(settings: EmulatorSettings) -> int:
     if await _wait(stop, startup_s / 2 / scale):
         return 0
 
-    engine = Engine(profile, spec, time_scale=scale, seed=settings.seed)
+    engine = Engine(profile, spec, time_scale=scale, seed=settings.seed, start_index=settings.start_index)
     trace = open(settings.trace_path, "a", buffering=1, encoding="utf-8") if settings.trace_path else None  # noqa: SIM115
     api = EmulatorApi(engine, profile, name, log_stats=settings.log_stats, trace=trace)
     runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)

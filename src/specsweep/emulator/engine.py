@@ -88,6 +88,7 @@ class Engine:
         *,
         time_scale: float = 1.0,
         seed: int = 0,
+        start_index: int = 0,
     ) -> None:
         self.profile = profile
         self.spec = spec
@@ -96,6 +97,13 @@ class Engine:
         k_max = spec.num_speculative_tokens if spec and spec.num_speculative_tokens else 0
         self.stats.accepted_per_pos = [0] * k_max
         self._rng = random.Random(seed)
+        # Run-to-run variation: one factor and one drift phase per start (a start is a new
+        # process; ``start_index`` tells starts of one seeded study apart).
+        variation = random.Random(f"variation:{seed}:{start_index}")
+        sd = profile.timing.start_variation
+        self.start_factor = math.exp(variation.gauss(0.0, sd) - sd * sd / 2) if sd else 1.0
+        self._drift_phase = variation.uniform(0.0, 2 * math.pi)
+        self._modelled_s = 0.0  # modelled time since the engine started
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
         self._wakeup = asyncio.Event()
@@ -175,12 +183,13 @@ class Engine:
                     admitted.append(seq)
             batch = len(self._running)
             k = self.spec.k_for_batch_size(batch) if self.spec and batch else 0
-            modelled = step_time_s(self.profile, self.spec, k, batch)
+            modelled = step_time_s(self.profile, self.spec, k, batch) * self._variation()
             jitter = self.profile.timing.jitter
             if jitter and modelled:
                 modelled *= math.exp(self._rng.gauss(0.0, jitter) - jitter * jitter / 2)
             modelled += sum(prefill_time_s(self.profile, s.prompt_tokens) for s in admitted)
             deadline += modelled / self.time_scale
+            self._modelled_s += modelled
             delay = deadline - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -197,6 +206,12 @@ class Engine:
                 self._emit(seq, 1, now)
                 if seq.generated < seq.max_tokens and seq.generated < seq.natural_tokens:
                     self._running.append(seq)
+
+    def _variation(self) -> float:
+        """This start's factor on the step time now: the per-start draw times the slow drift."""
+        timing = self.profile.timing
+        drift = timing.drift * math.sin(2 * math.pi * self._modelled_s / timing.drift_period_s + self._drift_phase)
+        return self.start_factor * (1.0 + drift)
 
     def _decode(self, k: int, now: float) -> None:
         stats = self.stats

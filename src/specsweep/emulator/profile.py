@@ -43,6 +43,10 @@ class StepTiming:
     prefill_tokens_per_s: float = 3000.0
     request_overhead_s: float = 0.005
     jitter: float = 0.0  # relative standard deviation of each step's time
+    # Run-to-run variation, as real servers on shared or throttling hardware show it:
+    start_variation: float = 0.0  # relative sd of a factor on every step time, drawn once per start
+    drift: float = 0.0  # relative amplitude of a slow sine drift of the step time
+    drift_period_s: float = 900.0  # its period in modelled seconds (its phase is drawn per start)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +96,11 @@ class Profile:
         """A copy with some fault knobs changed (None leaves a knob as the profile set it)."""
         given = {key: value for key, value in changes.items() if value is not None and value is not False}
         return replace(self, faults=replace(self.faults, **given))
+
+    def with_variation(self, *, start_variation: float | None, drift: float | None) -> Profile:
+        """A copy with the run-to-run variation knobs changed (None leaves a knob as the profile set it)."""
+        changes = {k: v for k, v in (("start_variation", start_variation), ("drift", drift)) if v is not None}
+        return replace(self, timing=replace(self.timing, **changes)) if changes else self
 
     def kv_cache_tokens(self, k: int) -> int:
         """The KV pool in tokens when drafting k tokens (the drafter's buffers shrink it)."""
@@ -158,6 +167,9 @@ def parse_profile(text: str, *, source: str = "<profile>") -> Profile:
         prefill_tokens_per_s=timing_reader.number("prefill_tokens_per_s", 3000.0, minimum=1.0),
         request_overhead_s=timing_reader.number("request_overhead_s", 0.005, minimum=0.0),
         jitter=timing_reader.number("jitter", 0.0, minimum=0.0),
+        start_variation=timing_reader.number("start_variation", 0.0, minimum=0.0),
+        drift=timing_reader.number("drift", 0.0, minimum=0.0),
+        drift_period_s=timing_reader.number("drift_period_s", 900.0, minimum=1.0),
     )
     timing_reader.done()
     if timing.base_s + timing.per_sequence_s + timing.verify_token_s <= 0:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,7 +82,7 @@ SPEC_FLAGS: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 # Flags that say where a server listens, or (the emulator) how fast it runs its model: not the rig.
 PLACE_FLAGS: dict[str, tuple[str, ...]] = {
-    "emulator": ("--host", "--port", "--time-scale", "--seed", "--startup-seconds"),
+    "emulator": ("--host", "--port", "--time-scale", "--seed", "--startup-seconds", "--start-index"),
 }
 DEFAULT_PLACE_FLAGS = ("--host", "--port")
 
@@ -111,3 +111,16 @@ def server_args_without_spec(engine: str, argv: list[str] | tuple[str, ...]) -> 
             continue
         out.append(arg)
     return tuple(out)
+
+
+def max_num_seqs_flag(argv: Sequence[str]) -> int | None:
+    """The value of ``--max-num-seqs N`` (or ``--max-num-seqs=N``) in a command line, if it is a number."""
+    for index, arg in enumerate(argv):
+        value = None
+        if arg == "--max-num-seqs" and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif arg.startswith("--max-num-seqs="):
+            value = arg.split("=", 1)[1]
+        if value is not None and value.isdigit():
+            return int(value)
+    return None

@@ -13,6 +13,7 @@ from typing import Any
 
 from specsweep.analysis.drafters import drafter_label
 from specsweep.analysis.recommendation import Gain, Recommendation
+from specsweep.analysis.snippet_plan import SnippetPlan
 from specsweep.analysis.study import StudyAnalysis
 from specsweep.report import document as doc
 from specsweep.report.figures import (
@@ -73,7 +74,7 @@ def recommendation_rows(analysis: StudyAnalysis) -> list[tuple[str, ...]]:
                 measured,
                 gain_text(rec.gain_over_off),
                 gain_text(rec.gain_over_baseline),
-                "yes" if rec.tie_rule_applied else "",
+                ", ".join(c.short_label for c in rec.tied) or "-",
             )
         )
     return rows
@@ -81,8 +82,17 @@ def recommendation_rows(analysis: StudyAnalysis) -> list[tuple[str, ...]]:
 
 RECOMMENDATION_HEADER = (
     "workload", "concurrency", "recommended", "predicted tok/s [95%]", "measured tok/s", "vs speculation off",
-    "vs baseline", "smaller k by tie rule",
+    "vs baseline", "tied with (the data cannot tell them apart)",
 )  # fmt: skip
+
+
+def snippet_heading(plan: SnippetPlan) -> str:
+    """What the paste runs at each measured level, and how far its table reaches."""
+    runs = ", ".join(f"{b}: {c.short_label}" for b, c in sorted(plan.choice_by_concurrency.items()))
+    if not plan.table:
+        return f"paste (runs, by concurrency, {runs})"
+    bound = "max_num_seqs" if plan.max_batch_known else "max_num_seqs not known: the largest vLLM default"
+    return f"paste (runs, by concurrency, {runs}; a per-batch-size table up to batch {plan.max_batch}, {bound})"
 
 
 def snippet_for(analysis: StudyAnalysis, workload: str, fmt: str) -> str:
@@ -113,9 +123,10 @@ def write_report(
         if plan is None:
             continue
         text = snippet_for(analysis, workload, snippet_format)
-        where = f" (k by concurrency {plan.k_by_concurrency}, as a per-batch-size table)" if plan.table else ""
-        blocks.append(doc.Paragraph(text=f"{workload}: paste{where}"))
+        blocks.append(doc.Paragraph(text=f"{workload}: {snippet_heading(plan)}"))
         blocks.append(doc.Code(text=text))
+        if plan.given_up or plan.untested:
+            blocks.append(doc.Bullets(items=plan.given_up + plan.untested))
     blocks.append(doc.Bullets(items=tuple(r.reason for r in analysis.recommendations) + analysis.notes))
     for workload in analysis.workloads:
         blocks.append(doc.Heading(text=f"{workload}: acceptance decay"))
@@ -257,5 +268,5 @@ def recommendation_summary(rec: Recommendation) -> str:
         f"{rec.workload} at concurrency {rec.concurrency}: {rec.choice.label}, {rec.tokens_per_s:.1f} tok/s "
         f"[{rec.tokens_per_s_low:.1f}, {rec.tokens_per_s_high:.1f}] predicted{measured}"
         + (f"; {'; '.join(gains)}" if gains else "")
-        + (" (smaller k: not clearly slower)" if rec.tie_rule_applied else "")
+        + ("" if rec.measured else " (never measured: an untested extrapolation)")
     )

@@ -57,6 +57,17 @@ def failure_reason(path: Path) -> str:
     return errors[0] if len(errors) == 1 else f"{errors[0]} | {errors[-1]}"
 
 
+def describe_exit(code: int) -> str:
+    """How a process ended, in words: ``killed by signal 9 (SIGKILL)`` or ``exited with code 1``."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-code} ({name})"
+    return f"exited with code {code}"
+
+
 def log_tail(path: Path, lines: int = 8) -> str:
     """The last lines of a log file, joined with ' | ' (one line for an error message)."""
     try:
@@ -112,7 +123,7 @@ class ServerProcess:
             code = self.exit_code()
             if code is None:
                 return None
-            return f"the server exited with code {code} before it was ready: {failure_reason(self.log_path)}"
+            return f"the server {describe_exit(code)} before it was ready: {failure_reason(self.log_path)}"
 
         wait_until_ready(url, timeout_s=timeout_s, poll_s=poll_s, dead=exited, log_path=self.log_path)
         return time.monotonic() - (self.started_at or time.monotonic())

@@ -89,6 +89,19 @@ class Measurement:
     error: str | None = None  # why the measurement stopped early, if it did
 
 
+def thin_levels(concurrency: tuple[int, ...], requests: int) -> str | None:
+    """A warning when a closed-loop level has fewer than two measured requests per stream: each
+    stream's one request starts together and ends in a ramp-down, so the level measures little
+    of the server at that concurrency."""
+    thin = [b for b in concurrency if requests < 2 * b]
+    if not thin:
+        return None
+    return (
+        f"{requests} requests per level is fewer than two per stream at concurrency {', '.join(map(str, thin))}: "
+        f"those levels measure mostly start-up and ramp-down; use at least {2 * max(thin)} requests"
+    )
+
+
 async def discover_model(http: httpx.AsyncClient) -> str:
     """The first served model name from /v1/models."""
     try:

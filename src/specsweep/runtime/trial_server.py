@@ -31,7 +31,14 @@ from pathlib import Path
 from specsweep.config import ServerConfig
 from specsweep.engines.registry import EngineInfo
 from specsweep.errors import LaunchError, ReadyTimeoutError
-from specsweep.runtime.launcher import ServerProcess, emulator_argv, failure_reason, free_port, wait_until_ready
+from specsweep.runtime.launcher import (
+    ServerProcess,
+    describe_exit,
+    emulator_argv,
+    failure_reason,
+    free_port,
+    wait_until_ready,
+)
 from specsweep.runtime.lease import clear_lease, lease_for, write_lease
 from specsweep.types import BootFacts, SpeculativeConfig
 
@@ -129,7 +136,7 @@ class TrialServer:
             self.ask_user(f"Restart the server at {url} with: {shown}\nPress Enter when it is starting (or ready).")
         else:
             _check_port_free(config.host, port, wait_s=min(10.0, config.ready_timeout_s))
-            argv = self._argv(port, spec)
+            argv = self._argv(port, spec, trial)
             self._process = ServerProcess(argv, log_path=self.log_path, env=config.env)
             self._process.start()
             if self.lease_path is not None:
@@ -146,7 +153,7 @@ class TrialServer:
             log_path=self.log_path,
         )
 
-    def _argv(self, port: int, spec: SpeculativeConfig | None) -> list[str]:
+    def _argv(self, port: int, spec: SpeculativeConfig | None, trial: int) -> list[str]:
         config = self.config
         if config.mode == "emulator":
             emulator = config.emulator
@@ -157,7 +164,8 @@ class TrialServer:
                 profile=emulator.profile,
                 time_scale=emulator.time_scale,
                 seed=emulator.seed,
-                extra=list(emulator.extra_args),
+                # each trial is another start: its own run-to-run variation, when the profile has any
+                extra=["--start-index", str(trial), *emulator.extra_args],
             )
         assert config.start is not None
         return render_command(config.start, self._values)
@@ -195,7 +203,7 @@ class TrialServer:
         code = self._process.exit_code()
         if code is None or (code == 0 and self.config.mode == "commands"):
             return None  # in commands mode a start command may exit 0 and leave the server running
-        return f"the server exited with code {code}: {failure_reason(self.log_path)}"
+        return f"the server {describe_exit(code)}: {failure_reason(self.log_path)}"
 
     def stop(self) -> None:
         """Stop the server (stop command, then the process group) and wait until resources are free."""

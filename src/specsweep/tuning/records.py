@@ -153,6 +153,7 @@ class TrialRecord:
     reused_from: int | None = None  # a duplicate configuration: figures copied from this trial
     retries: int = 0
     retry_of: int | None = None
+    repeat: bool = False  # measured again on purpose (run-to-run noise, tied leaders), not a duplicate
 
     @property
     def measured(self) -> bool:
@@ -207,6 +208,7 @@ def read_trial(trial: optuna.trial.FrozenTrial) -> TrialRecord:
         reused_from=attrs.get("reused_from"),
         retries=int(attrs.get("retries", 0)),
         retry_of=attrs.get("retry_of"),
+        repeat=bool(attrs.get("repeat")),
     )
 
 
@@ -261,6 +263,14 @@ def record_failure(trial: optuna.Trial, reason: str) -> None:
 def record_failure_of(study: optuna.Study, number: int, reason: str) -> None:
     """The reason of a trial this run does not hold (one left RUNNING by a run that died)."""
     optuna.trial.Trial(study, study.trials[number]._trial_id).set_user_attr("fail_reason", reason)
+
+
+REPEAT_ATTRS = {"repeat": True}  # enqueued with these, a measured configuration is measured again
+
+
+def is_repeat(trial: optuna.Trial) -> bool:
+    """Whether a trial was enqueued to measure its configuration again."""
+    return bool(trial.user_attrs.get("repeat"))
 
 
 def record_reuse(trial: optuna.Trial, source: optuna.trial.FrozenTrial) -> None:
@@ -326,6 +336,7 @@ def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
         "workloads": dict(settings.workload_weights),
         "concurrency": list(settings.concurrency_levels),
         "num_speculative_tokens_range": list(settings.k_range) if settings.k_range else None,
+        "max_num_seqs": settings.max_num_seqs,
     }
     for name, value in attrs.items():
         study.set_user_attr(name, value)
@@ -352,6 +363,7 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
         engine=str(attrs.get("engine", "vllm")),
         temperature=attrs.get("temperature"),
         config_source=attrs.get("config_source"),
+        max_num_seqs=attrs.get("max_num_seqs"),
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import optuna
 
-from specsweep.analysis.study import StudyAnalysis, analyze_study
+from specsweep.analysis.study import StudyAnalysis, analyze_study, measured_rates
 from specsweep.errors import ConfigError
 from specsweep.tuning.records import OFF_KEY, measured_configs, read_study_settings
 from specsweep.tuning.storage import open_storage, redact_password
@@ -39,20 +39,19 @@ class Pick:
 def pick_best(
     configs: list[MeasuredConfig], *, workload: str, concurrency: int, baseline_key: str | None
 ) -> Pick | None:
-    """The feasible configuration with the highest measured rate for a workload at a concurrency."""
-    rated = [(c.rate(workload, concurrency), c) for c in configs if c.feasible]
-    rated = [(rate, c) for rate, c in rated if rate is not None]
+    """The feasible configuration with the highest measured rate (repeats averaged) for a workload
+    at a concurrency."""
+    rated = measured_rates(configs, workload, concurrency)
     if not rated:
         return None
-    rated.sort(key=lambda item: item[0], reverse=True)
-    best_rate, best = rated[0]
-    by_key = {c.key: r for r, c in rated}
-    gap = 1.0 - rated[1][0] / best_rate if len(rated) > 1 and best_rate > 0 else None
+    best = rated[0]
+    by_key = {r.key: r.tokens_per_s for r in rated}
+    gap = 1.0 - rated[1].tokens_per_s / best.tokens_per_s if len(rated) > 1 and best.tokens_per_s > 0 else None
     return Pick(
         workload=workload,
         concurrency=concurrency,
-        best=best,
-        rate=best_rate,
+        best=best.config,
+        rate=best.tokens_per_s,
         off_rate=by_key.get(OFF_KEY),
         baseline_rate=by_key.get(baseline_key) if baseline_key else None,
         runner_up_gap=gap,
@@ -89,8 +88,10 @@ def analyze_stored_study(
         workloads=settings.workloads,
         concurrency_levels=settings.concurrency_levels,
         objective_concurrency=settings.objective_concurrency,
+        k_min=settings.k_range[0] if settings.k_range else 1,
         k_max=settings.k_max,
         baseline=settings.baseline,
+        max_num_seqs=settings.max_num_seqs,
         seed=seed,
     )
     return StoredAnalysis(analysis=analysis, configs=configs, settings=settings)

@@ -24,9 +24,11 @@ from specsweep.engines.registry import EngineInfo, engine_info
 from specsweep.errors import ConfigError, SpecsweepError
 from specsweep.runtime.client import api_key_from_env
 from specsweep.runtime.lease import reclaim_leases
+from specsweep.runtime.measure import thin_levels
 from specsweep.tuning import records
 from specsweep.tuning.claims import claim, key_states
 from specsweep.tuning.events import MeasuredElsewhere, Note, Planned, TrialReused, Waiting
+from specsweep.tuning.records import REPEAT_ATTRS
 from specsweep.tuning.space import Space, build_space, check_space, config_key
 from specsweep.tuning.storage import (
     Heartbeat,
@@ -37,7 +39,7 @@ from specsweep.tuning.storage import (
     redact_password,
 )
 from specsweep.tuning.strategy import SearchDecision, decide_next
-from specsweep.tuning.study_store import StudyPaths, open_study
+from specsweep.tuning.study_store import StudyPaths, open_study, settings_of
 from specsweep.tuning.trial import TrialRunner
 from specsweep.types import EventCallback
 from specsweep.workload import Workload, load_workload
@@ -56,6 +58,7 @@ class StudyOutcome:
     stop_reason: str
     new_trials: int
     restarts: int
+    ties: tuple[str, ...] = ()  # leaders the search could not separate, and what would
 
 
 @contextlib.contextmanager
@@ -110,6 +113,8 @@ class StudyRunner:
             config, paths, self.engine, workloads, api_key=api_key, worker=self.worker, emit=self.emit,
             ask_user=ask_user,
         )  # fmt: skip
+        self.settings = settings_of(config, self.space)
+        self.ties: tuple[str, ...] = ()  # leaders the search could not separate (said at its stop)
         # While other workers measure the last configurations, look again this often.
         self.poll_s = min(5.0, config.heartbeat_s / 2)
 
@@ -126,6 +131,9 @@ class StudyRunner:
         waiting = False
         if self.space.methods_collapsed and len(config.search.draft_sample_method) > 1:
             self.emit(Note(text=self._collapse_note()))
+        thin = thin_levels(config.measure.concurrency, config.measure.requests)
+        if thin:
+            self.emit(Note(text=thin))
         for note in reclaim_leases(self.paths.leases, grace_s=config.server.stop_grace_s):
             self.emit(Note(text=note))
         with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat:
@@ -139,7 +147,7 @@ class StudyRunner:
                 fail_stale_trials(self.study)
                 keys = key_states(self.study, before)
                 queued = self._queued()
-                if not queued:
+                if not queued and config.sampler != "model":
                     if space_keys <= keys.settled():
                         stop_reason = (
                             f"every configuration in the space was tried ({len(keys.measured)} measured, "
@@ -171,8 +179,9 @@ class StudyRunner:
                         continue
                     if decision.params is None:
                         stop_reason = decision.reason
+                        self.ties = decision.ties
                         break
-                    self.study.enqueue_trial(decision.params)
+                    self.study.enqueue_trial(decision.params, user_attrs=REPEAT_ATTRS if decision.repeat else None)
                 waiting = False
                 new_trials += 1
                 trial = self._ask()
@@ -191,8 +200,9 @@ class StudyRunner:
                     restarts += 1
                     failures = 0
         return StudyOutcome(
-            study=self.study, space=self.space, stop_reason=stop_reason, new_trials=new_trials, restarts=restarts
-        )
+            study=self.study, space=self.space, stop_reason=stop_reason, new_trials=new_trials, restarts=restarts,
+            ties=self.ties,
+        )  # fmt: skip
 
     def measure(self, params: dict[str, Any]) -> str:
         """Measure one configuration now, unless the study has it: "measured", "failed", "invalid" or
@@ -210,6 +220,7 @@ class StudyRunner:
     def _run_next(self, trial: optuna.Trial, before: frozenset[int]) -> str:
         """Claim the trial's configuration and run it: "measured", "failed", "invalid" or "skipped"."""
         records.record_claim(trial, worker=self.worker)
+        repeat = records.is_repeat(trial)
         params = {name: trial.suggest_categorical(name, values) for name, values in self.space.grid().items()}
         try:
             spec = self.space.config_from_params(params)
@@ -221,7 +232,7 @@ class StudyRunner:
         # Read again now that this trial claims the key in the storage: another worker may have
         # measured it, or be measuring it, since the look above.
         seen = claim(self.study, trial.number, key, before)
-        if key in seen.states.measured:
+        if key in seen.states.measured and not repeat:
             self._reuse(trial, seen.states.measured[key])
             return "skipped"
         if key in seen.states.failed:
@@ -244,13 +255,7 @@ class StudyRunner:
 
     def _decide(self, *, exclude: Collection[str]) -> SearchDecision:
         """The model-guided search's next configuration (or why none), from every trial in storage."""
-        decision = decide_next(
-            records.read_trials(self.study),
-            self.space,
-            concurrency=self.config.objective.concurrency,
-            workloads=self.config.workloads,
-            exclude=exclude,
-        )
+        decision = decide_next(records.read_trials(self.study), self.space, self.settings, exclude=exclude)
         if decision.phase != "wait":  # a wait is said once, by the loop
             self.emit(Planned(phase=decision.phase, reason=decision.reason, params=decision.params))
         return decision

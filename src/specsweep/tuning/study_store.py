@@ -8,13 +8,16 @@ same study: each creates it if it is missing and joins it otherwise.
 
 from __future__ import annotations
 
+import shlex
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
 
-from specsweep.config import StudyConfig
+from specsweep.config import ServerConfig, StudyConfig
+from specsweep.emulator.profile import load_profile
+from specsweep.engines.registry import max_num_seqs_flag
 from specsweep.errors import ConfigError
 from specsweep.tuning import records
 from specsweep.tuning.space import Space, config_key
@@ -103,7 +106,19 @@ def settings_of(config: StudyConfig, space: Space) -> StudySettings:
         engine=config.server.engine,
         temperature=config.measure.temperature,
         config_source=config.source,
+        max_num_seqs=server_max_num_seqs(config.server),
     )
+
+
+def server_max_num_seqs(server: ServerConfig) -> int | None:
+    """The most sequences the study's server batches: its --max-num-seqs flag, or the emulator
+    profile's (None: not known from the config)."""
+    if server.mode == "emulator":
+        flagged = max_num_seqs_flag(server.emulator.extra_args)
+        return flagged or load_profile(server.emulator.profile).max_num_seqs
+    if server.start is None:
+        return None
+    return max_num_seqs_flag(shlex.split(server.start) if isinstance(server.start, str) else server.start)
 
 
 def open_study(

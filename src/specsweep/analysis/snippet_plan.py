@@ -1,0 +1,123 @@
+"""The configuration to paste for one workload: the recommendation of every concurrency level.
+
+Per level the recommended candidate is taken when it was measured there; a candidate the study
+never ran is an untested extrapolation: the level takes its best measured candidate instead,
+and the untested one is named beside it. The paste is one spec config, so where levels want
+different drafters (another method, or greedy against probabilistic drafting) only one of them
+can run: the one whose per-level best costs least over all levels, with each level's cost
+named. vLLM's ``num_speculative_tokens_per_batch_size`` then carries each level's k (0 for
+speculation off) up to the server's ``max_num_seqs``.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from specsweep.analysis.drafters import Candidate, Drafter
+from specsweep.analysis.recommendation import CandidateRate, Recommendation, batch_size_table
+from specsweep.types import BatchSizeRange, SpeculativeConfig
+
+# Batch sizes a table covers when the server's max_num_seqs is not known: the largest of vLLM's
+# defaults, so no batch size the server may run falls back to the table's base k.
+UNKNOWN_MAX_NUM_SEQS = 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnippetPlan:
+    """The spec config to paste for one workload and what it runs at each measured level."""
+
+    workload: str
+    spec: SpeculativeConfig | None  # None: speculation off at every level
+    choice_by_concurrency: dict[int, Candidate]  # what the paste runs at each measured level
+    table: tuple[BatchSizeRange, ...]
+    max_batch: int  # the table's last batch size
+    max_batch_known: bool  # False: the server's max_num_seqs was not known
+    given_up: tuple[str, ...]  # levels where the paste cannot run the recommendation, and what it costs
+    untested: tuple[str, ...]  # recommendations never measured: shown, not pasted
+
+    @property
+    def k_by_concurrency(self) -> dict[int, int]:
+        return {b: c.num_speculative_tokens for b, c in self.choice_by_concurrency.items()}
+
+
+def plan_snippet(
+    workload: str,
+    recommendations: Sequence[Recommendation],
+    templates: Mapping[Drafter, SpeculativeConfig],
+    *,
+    max_num_seqs: int | None,
+) -> SnippetPlan:
+    """The paste for one workload from its per-level recommendations (see the module doc)."""
+    picks: dict[int, CandidateRate] = {}
+    untested: list[str] = []
+    for rec in recommendations:
+        rows = {row.candidate: row for row in rec.candidates}
+        measured = [row for row in rec.candidates if row.measured_tokens_per_s is not None]
+        if rec.measured or not measured:
+            picks[rec.concurrency] = rows[rec.choice]
+            continue
+        best = max(measured, key=lambda row: row.tokens_per_s)
+        picks[rec.concurrency] = best
+        untested.append(
+            f"at concurrency {rec.concurrency} the model predicts {rec.choice.label} at {rec.tokens_per_s:.1f} tok/s, "
+            f"{100 * (rec.tokens_per_s / best.tokens_per_s - 1):+.1f}% over {best.candidate.label}, but it was "
+            "never measured: an untested extrapolation, not pasted (measure it to confirm)"
+        )
+    drafters = {row.candidate.drafter for row in picks.values() if not row.candidate.off}
+    max_batch = max_num_seqs or UNKNOWN_MAX_NUM_SEQS
+    if not drafters:
+        choice = {b: row.candidate for b, row in picks.items()}
+        return SnippetPlan(
+            workload=workload, spec=None, choice_by_concurrency=choice, table=(), max_batch=max_batch,
+            max_batch_known=max_num_seqs is not None, given_up=(), untested=tuple(untested),
+        )  # fmt: skip
+    by_rec = {rec.concurrency: rec for rec in recommendations}
+    options = {
+        d: _runs_with(d, picks, by_rec) for d in sorted(drafters, key=lambda d: (d not in templates, d.method, d))
+    }
+    drafter = min(options, key=lambda d: (d not in templates, sum(cost for _, cost in options[d].values())))
+    runs = options[drafter]
+    given_up = [
+        f"at concurrency {b} the recommendation is {picks[b].candidate.label}; the paste runs {row.candidate.label} "
+        f"there, predicted {100 * cost:.1f}% slower (one spec config runs one drafter)"
+        for b, (row, cost) in sorted(runs.items())
+        if row.candidate != picks[b].candidate
+    ]
+    k_by_level = {b: row.candidate.num_speculative_tokens for b, (row, _) in runs.items()}
+    k = max(k_by_level.values())
+    table = batch_size_table(k_by_level, max_batch=max_batch) if len(set(k_by_level.values())) > 1 else ()
+    spec = replace(templates[drafter], num_speculative_tokens=k, num_speculative_tokens_per_batch_size=table or None)
+    return SnippetPlan(
+        workload=workload,
+        spec=spec,
+        choice_by_concurrency={b: row.candidate for b, (row, _) in runs.items()},
+        table=table,
+        max_batch=max_batch,
+        max_batch_known=max_num_seqs is not None,
+        given_up=tuple(given_up),
+        untested=tuple(untested),
+    )
+
+
+def _runs_with(
+    drafter: Drafter, picks: Mapping[int, CandidateRate], recs: Mapping[int, Recommendation]
+) -> dict[int, tuple[CandidateRate, float]]:
+    """Per level, what a paste running ``drafter`` runs there (its best measured k, or off), and its
+    predicted shortfall against the level's pick, as a fraction."""
+    out = {}
+    for level, pick in picks.items():
+        if pick.candidate.drafter == drafter or pick.candidate.off:
+            out[level] = (pick, 0.0)
+            continue
+        mine = [
+            row
+            for row in recs[level].candidates
+            if (row.candidate.off or row.candidate.drafter == drafter) and row.measured_tokens_per_s is not None
+        ]
+        mine = mine or [row for row in recs[level].candidates if row.candidate.off or row.candidate.drafter == drafter]
+        best = max(mine, key=lambda row: row.tokens_per_s)
+        out[level] = (best, max(0.0, 1.0 - best.tokens_per_s / pick.tokens_per_s))
+    return out
