@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from specsweep.errors import ConfigError
+from specsweep.templates import (
+    PLACEHOLDERS,  # noqa: F401 (re-exported: callers and tests name it here)
+    parse_command_template,
+)
 
 ENGINES = ("emulator", "vllm", "sglang", "llama.cpp")
 MODES = ("emulator", "process", "commands", "attach")
 SAMPLERS = ("model", "grid", "tpe", "random")
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
-PLACEHOLDERS = (
-    "host", "port", "spec_args", "speculative_config", "num_speculative_tokens", "draft_sample_method",
-    "method", "model", "trial",
-)  # fmt: skip
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
 
 # Every key a study file may hold, by table: docs/study-config.md documents exactly these.
@@ -241,65 +241,8 @@ def _get(table: dict[str, Any], path: str, kind: type, source: str, *, default: 
     return value
 
 
-SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "ash")
-_PLACEHOLDER_AT = re.compile(r"\{([a-z_]+)\}")
-
-
-def _check_shell_string(template: str, path: str, source: str) -> None:
-    """Refuse placeholders where shell quoting of their values would not hold.
-
-    Each value is shell-quoted on its own; inside '...', "..." or `...`, or right after a
-    ``$``, that quoting is undone and a value could end the quotes and run a command.
-    """
-    quote: str | None = None
-    i = 0
-    while i < len(template):
-        char = template[i]
-        match = _PLACEHOLDER_AT.match(template, i) if char == "{" else None
-        if match and match.group(1) in PLACEHOLDERS and (quote is not None or template[i - 1 : i] == "$"):
-            raise ConfigError(
-                f"{source}: {path}: placeholder {match.group(0)} is inside quotes, backticks or after '$'; "
-                f"write it bare, e.g. --port {match.group(0)} (specsweep shell-quotes every value)."
-            )
-        if quote == "'":
-            quote = None if char == "'" else quote
-        elif char == "\\":
-            i += 2
-            continue
-        elif quote is not None and char == quote:
-            quote = None
-        elif quote is None and char in "'\"`":
-            quote = char
-        i += 1
-
-
 def _command(value: Any, path: str, source: str) -> tuple[str, ...] | str | None:
-    if value is None:
-        return None
-    if isinstance(value, str) and value.strip():
-        _check_shell_string(value, path, source)
-        return value
-    if isinstance(value, list) and value and all(isinstance(x, str) for x in value):
-        shell = Path(value[0]).name in SHELLS
-        script_flag = any(re.fullmatch(r"-[a-z]*c[a-z]*", x) for x in value[1:])
-        if shell and script_flag and any(_PLACEHOLDER_AT.search(x) for x in value[1:]):
-            raise ConfigError(
-                f"{source}: {path} runs a shell ({value[0]} -c) with placeholders in its script, where values are "
-                "not quoted; write the command as one string instead (specsweep runs it through /bin/sh -c and "
-                "shell-quotes each value)."
-            )
-        for element in value:
-            for name in re.findall(r"\{([a-z_]*)\}", element):
-                if name not in PLACEHOLDERS:
-                    raise ConfigError(
-                        f"{source}: {path} uses unknown placeholder {{{name}}}; known: "
-                        + ", ".join("{" + p + "}" for p in PLACEHOLDERS)
-                        + "."
-                    )
-            if "{spec_args}" in element and element != "{spec_args}":
-                raise ConfigError(f"{source}: {path}: {{spec_args}} must be a list element of its own.")
-        return tuple(value)
-    raise ConfigError(f"{source}: {path} must be a list of strings (argv, no shell) or one shell command string.")
+    return None if value is None else parse_command_template(value, where=f"{source}: {path}").text
 
 
 def _parse_server(table: dict[str, Any], source: str) -> ServerConfig:
