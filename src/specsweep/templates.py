@@ -52,7 +52,7 @@ class CommandTemplate:
         return isinstance(self.text, str)
 
     def render(self, values: Values) -> list[str]:
-        """The argv to run; a placeholder without a value is left as written."""
+        """The argv to run. ``values`` must hold ``spec_args``; another placeholder without a value stays as written."""
         if isinstance(self.text, str):
             return ["/bin/sh", "-c", _PLACEHOLDER.sub(lambda m: _quoted(values.get(m.group(1)), m), self.text)]
         argv: list[str] = []
