@@ -1,7 +1,9 @@
 """Parsing what users write (flags and study files) into frozen records; errors name the fix.
 
-A study file is TOML. ``docs/study-config.md`` documents every key; ``KNOWN_KEYS`` below is the
-list a test checks that page against.
+A study file is TOML. The records below are the one home of every key and its default: the
+parser reads defaults off their fields (``specsweep.toml_records``), and ``KNOWN_KEYS``, which
+``docs/study-config.md`` is checked against, is derived from them. Command templates are checked
+by ``specsweep.templates``.
 """
 
 from __future__ import annotations
@@ -13,32 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from specsweep.errors import ConfigError
+from specsweep.templates import (
+    PLACEHOLDERS,  # noqa: F401 (re-exported: callers and tests name it here)
+    parse_command_template,
+)
+from specsweep.toml_records import NAMES_TABLE, NOT_IN_FILE, RecordTable, record_default, record_keys
 
 ENGINES = ("emulator", "vllm", "sglang", "llama.cpp")
 MODES = ("emulator", "process", "commands", "attach")
 SAMPLERS = ("model", "grid", "tpe", "random")
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
-PLACEHOLDERS = (
-    "host", "port", "spec_args", "speculative_config", "num_speculative_tokens", "draft_sample_method",
-    "method", "model", "trial",
-)  # fmt: skip
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
-
-# Every key a study file may hold, by table: docs/study-config.md documents exactly these.
-KNOWN_KEYS: dict[str, tuple[str, ...]] = {
-    "study": (
-        "name", "storage", "sampler", "seed", "trials", "wall_time_s", "max_consecutive_failures", "heartbeat_s",
-    ),
-    "server": (
-        "engine", "mode", "start", "stop", "wait_free", "env", "host", "port", "ready_timeout_s", "ready_path",
-        "stop_grace_s", "model", "api", "api_key_env",
-    ),
-    "server.emulator": ("profile", "time_scale", "seed", "extra_args"),
-    "search": ("num_speculative_tokens", "draft_sample_method", "fixed", "open", "baseline", "no_speculation"),
-    "workloads": (),  # name or path = weight
-    "measure": ("concurrency", "requests", "warmup", "max_tokens", "temperature", "timeout_s"),
-    "objective": ("concurrency", "max_ttft_p95_s", "max_errors"),
-}  # fmt: skip
 
 
 def parse_concurrency(text: str, *, flag: str = "--concurrency") -> tuple[int, ...]:
@@ -58,6 +45,16 @@ def _check_levels(levels: list[Any], where: str) -> tuple[int, ...]:
     return tuple(levels)
 
 
+def default_mode(engine: str) -> str:
+    """server.mode when a file leaves it out: the emulator runs as itself, other engines as a process."""
+    return "emulator" if engine == "emulator" else "process"
+
+
+def default_port(mode: str) -> int:
+    """server.port when a file leaves it out: 0 (a free port per trial) where specsweep starts the server."""
+    return 0 if mode in ("emulator", "process") else 8000
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EmulatorServer:
     """The built-in emulator as the study's server."""
@@ -73,13 +70,13 @@ class ServerConfig:
     """How to start, reach and stop the server for each trial."""
 
     engine: str = "emulator"
-    mode: str = "emulator"
+    mode: str = default_mode(engine)  # the default engine's; in a file, default_mode(server.engine)
     start: tuple[str, ...] | str | None = None  # argv template (no shell) or a shell command string
     stop: tuple[str, ...] | str | None = None
     wait_free: tuple[str, ...] | str | None = None  # polled after stop until it exits 0
     env: dict[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
-    port: int = 0  # 0: a free port per trial (process and emulator modes)
+    port: int = default_port(mode)  # the default mode's; in a file, default_port(server.mode)
     ready_timeout_s: float = 900.0
     ready_path: str = "/health"
     stop_grace_s: float = 30.0
@@ -124,7 +121,7 @@ class Objective:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StudyConfig:
-    """A whole study file."""
+    """A whole study file: its [study] table, then one table per record below."""
 
     name: str
     storage: str | None = None  # None: sqlite under studies/NAME/
@@ -136,10 +133,14 @@ class StudyConfig:
     heartbeat_s: int = 20  # on a shared database: seconds between a worker's heartbeats
     server: ServerConfig = field(default_factory=ServerConfig)
     search: SearchSpace = field(default_factory=SearchSpace)
-    workloads: dict[str, float] = field(default_factory=lambda: {"prose": 1.0})
+    workloads: dict[str, float] = field(default_factory=lambda: {"prose": 1.0}, metadata=NAMES_TABLE)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     objective: Objective = field(default_factory=Objective)
-    source: str = "<defaults>"
+    source: str = field(default="<defaults>", metadata=NOT_IN_FILE)
+
+
+# Every key a study file may hold, by table: docs/study-config.md documents exactly these.
+KNOWN_KEYS: dict[str, tuple[str, ...]] = record_keys(StudyConfig, "study")
 
 
 def load_study_config(path: str | Path) -> StudyConfig:
@@ -161,38 +162,40 @@ def load_study_config(path: str | Path) -> StudyConfig:
 def parse_study_config(data: dict[str, Any], *, source: str = "<study>") -> StudyConfig:
     """Validate a parsed study file; every error names the key path and the fix."""
     _check_keys(data, source)
-    study = data.get("study", {})
-    name = _get(study, "study.name", str, source, default=None)
+
+    def table(name: str, record: type) -> RecordTable:
+        return RecordTable(values=data.get(name, {}), path=name, record=record, source=source)
+
+    study = table("study", StudyConfig)
+    name = study.get("name", str, default=None)
     if name is None or not NAME_PATTERN.match(name):
         raise ConfigError(f"{source}: study.name must be letters, digits, '.', '_' or '-' (got {name!r}).")
-    sampler = _get(study, "study.sampler", str, source, default="model")
-    if sampler not in SAMPLERS:
-        raise ConfigError(f"{source}: study.sampler must be one of {', '.join(SAMPLERS)} (got {sampler!r}).")
-    trials = _get(study, "study.trials", int, source, default=None)
+    sampler = study.choice("sampler", SAMPLERS)
+    trials = study.get("trials", int)
     if trials is not None and trials < 1:
         raise ConfigError(f"{source}: study.trials must be >= 1.")
-    wall = _get(study, "study.wall_time_s", float, source, default=None)
-    failures = _get(study, "study.max_consecutive_failures", int, source, default=3)
+    wall = study.get("wall_time_s", float)
+    failures = study.get("max_consecutive_failures", int)
     if failures < 1:
         raise ConfigError(f"{source}: study.max_consecutive_failures must be >= 1.")
-    heartbeat = _get(study, "study.heartbeat_s", int, source, default=20)
+    heartbeat = study.get("heartbeat_s", int)
     if heartbeat < 1:
         raise ConfigError(f"{source}: study.heartbeat_s must be a whole number of seconds >= 1.")
 
     config = StudyConfig(
         name=name,
-        storage=_get(study, "study.storage", str, source, default=None),
+        storage=study.get("storage", str),
         sampler=sampler,
-        seed=_get(study, "study.seed", int, source, default=0),
+        seed=study.get("seed", int),
         trials=trials,
         wall_time_s=wall,
         max_consecutive_failures=failures,
         heartbeat_s=heartbeat,
-        server=_parse_server(data.get("server", {}), source),
-        search=_parse_search(data.get("search", {}), source),
-        workloads=_parse_workloads(data.get("workloads", {"prose": 1.0}), source),
-        measure=_parse_measure(data.get("measure", {}), source),
-        objective=_parse_objective(data.get("objective", {}), source),
+        server=_parse_server(table("server", ServerConfig)),
+        search=_parse_search(table("search", SearchSpace)),
+        workloads=_parse_workloads(data.get("workloads", record_default(StudyConfig, "workloads")), source),
+        measure=_parse_measure(table("measure", MeasureConfig)),
+        objective=_parse_objective(table("objective", Objective)),
         source=source,
     )
     if config.objective.concurrency not in config.measure.concurrency:
@@ -225,135 +228,60 @@ def _check_keys(data: dict[str, Any], source: str) -> None:
                 )
 
 
-_TYPE_NAMES = {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}
+def _command(table: RecordTable, key: str) -> tuple[str, ...] | str | None:
+    value = table.values.get(key)
+    return None if value is None else parse_command_template(value, where=f"{table.source}: {table.path}.{key}").text
 
 
-def _get(table: dict[str, Any], path: str, kind: type, source: str, *, default: Any) -> Any:
-    key = path.rsplit(".", 1)[-1]
-    if key not in table:
-        return default
-    value = table[key]
-    ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value, ok = float(value), True
-    if not ok:
-        raise ConfigError(f"{source}: {path} must be {_TYPE_NAMES[kind]} (got {value!r}).")
-    return value
-
-
-SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "ash")
-_PLACEHOLDER_AT = re.compile(r"\{([a-z_]+)\}")
-
-
-def _check_shell_string(template: str, path: str, source: str) -> None:
-    """Refuse placeholders where shell quoting of their values would not hold.
-
-    Each value is shell-quoted on its own; inside '...', "..." or `...`, or right after a
-    ``$``, that quoting is undone and a value could end the quotes and run a command.
-    """
-    quote: str | None = None
-    i = 0
-    while i < len(template):
-        char = template[i]
-        match = _PLACEHOLDER_AT.match(template, i) if char == "{" else None
-        if match and match.group(1) in PLACEHOLDERS and (quote is not None or template[i - 1 : i] == "$"):
-            raise ConfigError(
-                f"{source}: {path}: placeholder {match.group(0)} is inside quotes, backticks or after '$'; "
-                f"write it bare, e.g. --port {match.group(0)} (specsweep shell-quotes every value)."
-            )
-        if quote == "'":
-            quote = None if char == "'" else quote
-        elif char == "\\":
-            i += 2
-            continue
-        elif quote is not None and char == quote:
-            quote = None
-        elif quote is None and char in "'\"`":
-            quote = char
-        i += 1
-
-
-def _command(value: Any, path: str, source: str) -> tuple[str, ...] | str | None:
-    if value is None:
-        return None
-    if isinstance(value, str) and value.strip():
-        _check_shell_string(value, path, source)
-        return value
-    if isinstance(value, list) and value and all(isinstance(x, str) for x in value):
-        shell = Path(value[0]).name in SHELLS
-        script_flag = any(re.fullmatch(r"-[a-z]*c[a-z]*", x) for x in value[1:])
-        if shell and script_flag and any(_PLACEHOLDER_AT.search(x) for x in value[1:]):
-            raise ConfigError(
-                f"{source}: {path} runs a shell ({value[0]} -c) with placeholders in its script, where values are "
-                "not quoted; write the command as one string instead (specsweep runs it through /bin/sh -c and "
-                "shell-quotes each value)."
-            )
-        for element in value:
-            for name in re.findall(r"\{([a-z_]*)\}", element):
-                if name not in PLACEHOLDERS:
-                    raise ConfigError(
-                        f"{source}: {path} uses unknown placeholder {{{name}}}; known: "
-                        + ", ".join("{" + p + "}" for p in PLACEHOLDERS)
-                        + "."
-                    )
-            if "{spec_args}" in element and element != "{spec_args}":
-                raise ConfigError(f"{source}: {path}: {{spec_args}} must be a list element of its own.")
-        return tuple(value)
-    raise ConfigError(f"{source}: {path} must be a list of strings (argv, no shell) or one shell command string.")
-
-
-def _parse_server(table: dict[str, Any], source: str) -> ServerConfig:
-    engine = _get(table, "server.engine", str, source, default="emulator")
-    if engine not in ENGINES:
-        raise ConfigError(f"{source}: server.engine must be one of {', '.join(ENGINES)} (got {engine!r}).")
-    mode = _get(table, "server.mode", str, source, default="emulator" if engine == "emulator" else "process")
-    if mode not in MODES:
-        raise ConfigError(f"{source}: server.mode must be one of {', '.join(MODES)} (got {mode!r}).")
+def _parse_server(table: RecordTable) -> ServerConfig:
+    source = table.source
+    engine = table.choice("engine", ENGINES)
+    mode = table.choice("mode", MODES, default=default_mode(engine))
     if (engine == "emulator") != (mode == "emulator"):
         raise ConfigError(f"{source}: server.mode 'emulator' goes with server.engine 'emulator' and only with it.")
-    start = _command(table.get("start"), "server.start", source)
-    stop = _command(table.get("stop"), "server.stop", source)
+    start = _command(table, "start")
+    stop = _command(table, "stop")
     if mode in ("process", "commands") and start is None:
         raise ConfigError(f"{source}: server.start is required in mode {mode!r} (the command that starts the server).")
     if mode == "commands" and stop is None:
         raise ConfigError(f"{source}: server.stop is required in mode 'commands' (the command that stops the server).")
-    env = table.get("env", {})
+    env = table.raw("env")
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise ConfigError(f'{source}: server.env must be a table of strings, e.g. {{ VLLM_LOGGING_LEVEL = "INFO" }}.')
-    port = _get(table, "server.port", int, source, default=0 if mode in ("emulator", "process") else 8000)
+    port = table.get("port", int, default=default_port(mode))
     if not 0 <= port <= 65535 or (port == 0 and mode in ("commands", "attach")):
         raise ConfigError(f"{source}: server.port must be 1..65535 (0, a free port, only in process mode).")
-    api = _get(table, "server.api", str, source, default="chat")
+    api = table.get("api", str)
     if api not in ("chat", "completions"):
         raise ConfigError(f"{source}: server.api must be 'chat' or 'completions'.")
-    emulator_table = table.get("emulator", {})
-    time_scale = _get(emulator_table, "server.emulator.time_scale", float, source, default=50.0)
+    emulator = table.nested("emulator", EmulatorServer)
+    time_scale = emulator.get("time_scale", float)
     if time_scale <= 0:
         raise ConfigError(f"{source}: server.emulator.time_scale must be > 0.")
-    extra = emulator_table.get("extra_args", [])
+    extra = emulator.raw("extra_args")
     if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
         raise ConfigError(f"{source}: server.emulator.extra_args must be a list of strings.")
-    ready_timeout = _get(table, "server.ready_timeout_s", float, source, default=900.0)
-    stop_grace = _get(table, "server.stop_grace_s", float, source, default=30.0)
+    ready_timeout = table.get("ready_timeout_s", float)
+    stop_grace = table.get("stop_grace_s", float)
     return ServerConfig(
         engine=engine,
         mode=mode,
         start=start,
         stop=stop,
-        wait_free=_command(table.get("wait_free"), "server.wait_free", source),
+        wait_free=_command(table, "wait_free"),
         env=dict(env),
-        host=_get(table, "server.host", str, source, default="127.0.0.1"),
+        host=table.get("host", str),
         port=port,
         ready_timeout_s=_positive(ready_timeout, "server.ready_timeout_s", source),
-        ready_path=_get(table, "server.ready_path", str, source, default="/health"),
+        ready_path=table.get("ready_path", str),
         stop_grace_s=_positive(stop_grace, "server.stop_grace_s", source),
-        model=_get(table, "server.model", str, source, default=None),
+        model=table.get("model", str),
         api=api,
-        api_key_env=_get(table, "server.api_key_env", str, source, default=None),
+        api_key_env=table.get("api_key_env", str),
         emulator=EmulatorServer(
-            profile=_get(emulator_table, "server.emulator.profile", str, source, default="dgx-spark-v4-flash"),
+            profile=emulator.get("profile", str),
             time_scale=time_scale,
-            seed=_get(emulator_table, "server.emulator.seed", int, source, default=0),
+            seed=emulator.get("seed", int),
             extra_args=tuple(extra),
         ),
     )
@@ -365,8 +293,9 @@ def _positive(value: float, path: str, source: str) -> float:
     return value
 
 
-def _parse_search(table: dict[str, Any], source: str) -> SearchSpace:
-    k_range = table.get("num_speculative_tokens", [1, 8])
+def _parse_search(table: RecordTable) -> SearchSpace:
+    source = table.source
+    k_range = table.raw("num_speculative_tokens")
     if (
         not isinstance(k_range, list)
         or len(k_range) != 2
@@ -377,13 +306,13 @@ def _parse_search(table: dict[str, Any], source: str) -> SearchSpace:
             f"{source}: search.num_speculative_tokens must be an inclusive range [low, high] with "
             f"1 <= low <= high <= 64 (got {k_range!r})."
         )
-    methods = table.get("draft_sample_method", list(DRAFT_SAMPLE_METHODS))
+    methods = table.raw("draft_sample_method")
     if isinstance(methods, str):
         methods = [methods]
     if not isinstance(methods, list) or not methods or any(m not in DRAFT_SAMPLE_METHODS for m in methods):
         raise ConfigError(f"{source}: search.draft_sample_method must list 'greedy' and/or 'probabilistic'.")
-    fixed = table.get("fixed", {})
-    opened = table.get("open", {})
+    fixed = table.raw("fixed")
+    opened = table.raw("open")
     if not isinstance(fixed, dict) or not isinstance(opened, dict):
         raise ConfigError(f"{source}: search.fixed and search.open must be tables.")
     for key, choices in opened.items():
@@ -395,7 +324,7 @@ def _parse_search(table: dict[str, Any], source: str) -> SearchSpace:
             f"{source}: search.fixed and search.open may not name {sorted(clash or set(fixed) & set(opened))[0]!r} "
             "(set the range or choices under [search] instead, and name a field in one table only)."
         )
-    baseline = table.get("baseline")
+    baseline = table.raw("baseline")
     if baseline is not None and (
         not isinstance(baseline, dict)
         or isinstance(baseline.get("num_speculative_tokens"), bool)
@@ -406,7 +335,7 @@ def _parse_search(table: dict[str, Any], source: str) -> SearchSpace:
             f"{source}: search.baseline must be the spec config you run today, with num_speculative_tokens, "
             'e.g. { num_speculative_tokens = 5, draft_sample_method = "probabilistic" }.'
         )
-    no_spec = table.get("no_speculation", True)
+    no_spec = table.raw("no_speculation")
     if not isinstance(no_spec, bool):
         raise ConfigError(f"{source}: search.no_speculation must be true or false.")
     return SearchSpace(
@@ -430,34 +359,32 @@ def _parse_workloads(table: Any, source: str) -> dict[str, float]:
     return out
 
 
-def _parse_measure(table: dict[str, Any], source: str) -> MeasureConfig:
-    levels = table.get("concurrency", [1, 4])
+def _parse_measure(table: RecordTable) -> MeasureConfig:
+    levels = table.raw("concurrency")
     if not isinstance(levels, list):
-        raise ConfigError(f"{source}: measure.concurrency must be a list, e.g. [1, 4].")
-    requests = _get(table, "measure.requests", int, source, default=32)
-    max_tokens = _get(table, "measure.max_tokens", int, source, default=600)
-    temperature = _get(table, "measure.temperature", float, source, default=0.0)
-    warmup = _get(table, "measure.warmup", int, source, default=None)
+        raise ConfigError(f"{table.source}: measure.concurrency must be a list, e.g. [1, 4].")
+    requests = table.get("requests", int)
+    max_tokens = table.get("max_tokens", int)
+    temperature = table.get("temperature", float)
+    warmup = table.get("warmup", int)
     if requests < 1 or max_tokens < 1 or not 0 <= temperature <= 2 or (warmup is not None and warmup < 0):
         raise ConfigError(
-            f"{source}: [measure] needs requests >= 1, max_tokens >= 1, warmup >= 0 and temperature in 0..2."
+            f"{table.source}: [measure] needs requests >= 1, max_tokens >= 1, warmup >= 0 and temperature in 0..2."
         )
     return MeasureConfig(
-        concurrency=_check_levels(levels, f"{source}: measure.concurrency"),
+        concurrency=_check_levels(levels, f"{table.source}: measure.concurrency"),
         requests=requests,
         warmup=warmup,
         max_tokens=max_tokens,
         temperature=temperature,
-        timeout_s=_positive(
-            _get(table, "measure.timeout_s", float, source, default=600.0), "measure.timeout_s", source
-        ),
+        timeout_s=_positive(table.get("timeout_s", float), "measure.timeout_s", table.source),
     )
 
 
-def _parse_objective(table: dict[str, Any], source: str) -> Objective:
-    concurrency = _get(table, "objective.concurrency", int, source, default=1)
-    ttft = _get(table, "objective.max_ttft_p95_s", float, source, default=None)
-    errors = _get(table, "objective.max_errors", int, source, default=0)
+def _parse_objective(table: RecordTable) -> Objective:
+    concurrency = table.get("concurrency", int)
+    ttft = table.get("max_ttft_p95_s", float)
+    errors = table.get("max_errors", int)
     if concurrency < 1 or (ttft is not None and ttft <= 0) or errors < 0:
-        raise ConfigError(f"{source}: [objective] needs concurrency >= 1, max_ttft_p95_s > 0, max_errors >= 0.")
+        raise ConfigError(f"{table.source}: [objective] needs concurrency >= 1, max_ttft_p95_s > 0, max_errors >= 0.")
     return Objective(concurrency=concurrency, max_ttft_p95_s=ttft, max_errors=errors)

@@ -7,9 +7,10 @@ Modes (``server.mode``):
   or on a Ray cluster; the start command may stay in the foreground (its output is the log).
 - ``attach``: the user restarts the server by hand when asked and presses Enter.
 
-Placeholders such as ``{port}`` and ``{spec_args}`` are replaced element by element in argv
-templates (so no value can become a second argument or a command); in a shell-string template
-each value is shell-quoted (config.py refuses placeholders inside quotes, where quoting fails).
+Placeholders such as ``{port}`` and ``{spec_args}`` are filled in by ``specsweep.templates``,
+which also checked the templates when the study file was read: element by element in argv
+templates (so no value can become a second argument or a command), shell-quoted in a
+shell-string template.
 
 Before a start the port must be free: a server still answering there (a stale one, or someone
 else's) would otherwise pass the readiness check and be measured in place of the trial's.
@@ -18,7 +19,6 @@ With ``lease_path`` the running server is recorded (``runtime/lease.py``) until 
 
 from __future__ import annotations
 
-import re
 import shlex
 import socket
 import subprocess
@@ -40,15 +40,14 @@ from specsweep.runtime.launcher import (
     wait_until_ready,
 )
 from specsweep.runtime.lease import clear_lease, lease_for, write_lease
+from specsweep.templates import CommandTemplate, Values
 from specsweep.types import BootFacts, SpeculativeConfig
-
-_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
 
 def placeholder_values(
     *, host: str, port: int, spec: SpeculativeConfig | None, spec_args: list[str], model: str | None, trial: int
 ) -> dict[str, str | list[str]]:
-    """The values a command template may use."""
+    """The value of every placeholder (``templates.PLACEHOLDERS``) for one trial's commands."""
     return {
         "host": host,
         "port": str(port),
@@ -62,31 +61,9 @@ def placeholder_values(
     }
 
 
-def render_command(template: tuple[str, ...] | str, values: dict[str, str | list[str]]) -> list[str]:
-    """An argv list from a template: argv templates verbatim per element, strings through ``sh -c``."""
-    if isinstance(template, str):
-
-        def quoted(match: re.Match[str]) -> str:
-            value = values.get(match.group(1))
-            if value is None:
-                return match.group(0)
-            return " ".join(shlex.quote(v) for v in value) if isinstance(value, list) else shlex.quote(value)
-
-        return ["/bin/sh", "-c", _PLACEHOLDER.sub(quoted, template)]
-    argv: list[str] = []
-    for element in template:
-        if element == "{spec_args}":
-            argv.extend(values["spec_args"])
-            continue
-
-        def plain(match: re.Match[str]) -> str:
-            value = values.get(match.group(1))
-            if value is None or isinstance(value, list):
-                return match.group(0)
-            return value
-
-        argv.append(_PLACEHOLDER.sub(plain, element))
-    return argv
+def render_command(template: tuple[str, ...] | str, values: Values) -> list[str]:
+    """The argv to run for a template as ``ServerConfig`` holds it (checked when the study file was read)."""
+    return CommandTemplate(text=template).render(values)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
