@@ -17,7 +17,7 @@ from pathlib import Path
 import optuna
 
 from specsweep.analysis.study import StudyAnalysis, analyze_study
-from specsweep.engines.vllm import validate_speculative_config
+from specsweep.engines.registry import validate_stored_spec
 from specsweep.errors import ConfigError
 from specsweep.tuning.space import OFF
 from specsweep.tuning.storage import open_storage, shown
@@ -45,7 +45,7 @@ def measured_configs(study: optuna.Study) -> list[MeasuredConfig]:
         if "reused_from" in attrs or "results" not in attrs:
             continue
         spec_json = attrs.get("spec")
-        spec = None if spec_json is None else validate_speculative_config(json.loads(spec_json))
+        spec = None if spec_json is None else validate_stored_spec(json.loads(spec_json))
         out.append(
             MeasuredConfig(
                 trial=trial.number,
@@ -101,7 +101,7 @@ def study_settings(study: optuna.Study, configs: list[MeasuredConfig]) -> dict:
     baseline_key = attrs.get("baseline_key")
     baseline = None
     if baseline_key and baseline_key != OFF:
-        baseline = validate_speculative_config(json.loads(baseline_key))
+        baseline = validate_stored_spec(json.loads(baseline_key))
     return {
         "workloads": workloads,
         "concurrency_levels": [int(x) for x in levels],

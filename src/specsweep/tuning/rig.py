@@ -36,8 +36,7 @@ from specsweep.analysis.rig_file import rig_from_dict, rig_to_dict
 from specsweep.analysis.study import candidate_of
 from specsweep.analysis.throughput import Candidate, Drafter
 from specsweep.config import ServerConfig
-from specsweep.engines.registry import server_args_without_spec
-from specsweep.engines.vllm import validate_speculative_config
+from specsweep.engines.registry import server_args_without_spec, validate_stored_spec
 from specsweep.errors import ConfigError, FitError
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.launcher import emulator_argv
@@ -204,7 +203,7 @@ def study_level_timings(
         except (OSError, ValueError):
             continue  # a copied study folder without its trial records: the trial gives no timing
         spec_json = attrs.get("spec")
-        spec = None if spec_json is None else validate_speculative_config(json.loads(spec_json))
+        spec = None if spec_json is None else validate_stored_spec(json.loads(spec_json))
         for name, measurement in record.get("workloads", {}).items():
             if workloads is not None and name not in workloads:
                 continue

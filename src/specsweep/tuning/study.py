@@ -29,8 +29,8 @@ from specsweep.runtime.identity import read_server_identity
 from specsweep.runtime.lease import reclaim_leases
 from specsweep.runtime.measure import Measurement, MeasureSettings, run_measure
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
-from specsweep.runtime.trial_server import TrialServer
-from specsweep.tuning.space import Space, build_space, check_space, config_key
+from specsweep.runtime.trial_server import TrialServer, read_help_flags
+from specsweep.tuning.space import Space, build_space, check_space, check_spec_args, config_key
 from specsweep.tuning.storage import (
     Heartbeat,
     default_worker,
@@ -257,8 +257,14 @@ class StudyRunner:
             config.search,
             temperature=config.measure.temperature,
             engine_has_draft_sample_method=self.engine.has_draft_sample_method,
+            validate=self.engine.validate_spec,
+            samples_drafts=self.engine.drafts_from_a_distribution,
         )
         check_space(self.space, config.source, config.search.baseline)
+        # An engine whose flags differ by build (llama.cpp): every configuration is rendered for the
+        # build at hand now, so a setting it cannot express stops the study before any server starts.
+        self.help_flags = read_help_flags(config.server, self.engine)
+        check_spec_args(self.space, self.engine, config.source, help_flags=self.help_flags)
         if config.server.mode == "emulator":
             load_profile(config.server.emulator.profile)  # a wrong profile fails here, not in every trial
         self.workloads: dict[str, Workload] = {name: load_workload(name) for name in config.workloads}
@@ -479,7 +485,7 @@ class StudyRunner:
         log_path = self.paths.logs / f"trial-{number:04d}.log"
         server = TrialServer(
             config.server, self.engine, log_path=log_path, ask_user=self.ask_user,
-            lease_path=self.paths.leases / f"{os.getpid()}.json",
+            lease_path=self.paths.leases / f"{os.getpid()}.json", help_flags=self.help_flags,
         )  # fmt: skip
         self.emit("starting", {"trial": number, "spec": spec})
         record: dict[str, Any] = {
