@@ -155,3 +155,23 @@ def real_vllm() -> RealVllm:
     if values is None:
         _require("vLLM CPU not installed: run scripts/setup-real-engines", skip_flag="SPECSWEEP_SKIP_VLLM_CPU")
     return RealVllm(python=values["SPECSWEEP_VLLM_PYTHON"], model_dir=values["SPECSWEEP_GEMMA_HF"])
+
+
+@dataclass
+class RealVllmDraft:
+    python: str
+    model_dir: str
+    draft_dir: str
+
+
+@pytest.fixture(scope="session")
+def real_vllm_draft() -> RealVllmDraft:
+    """vLLM's CPU build, Gemma 3 270M in bf16 and the draft model setup made from its layers."""
+    values = _cached_env(("SPECSWEEP_VLLM_PYTHON", "SPECSWEEP_GEMMA_HF", "SPECSWEEP_GEMMA_DRAFT_HF"))
+    if values is None:
+        _require("vLLM CPU draft model not made: run scripts/setup-real-engines", skip_flag="SPECSWEEP_SKIP_VLLM_CPU")
+    return RealVllmDraft(
+        python=values["SPECSWEEP_VLLM_PYTHON"],
+        model_dir=values["SPECSWEEP_GEMMA_HF"],
+        draft_dir=values["SPECSWEEP_GEMMA_DRAFT_HF"],
+    )

@@ -94,8 +94,9 @@ def test_an_old_build_gets_its_own_names_and_a_refusal_for_what_it_lacks() -> No
     assert llamacpp.render_spec_args(draft, flags=OLD) == [
         "-md", "d.gguf", "--draft-max", "4", "--draft-min", "1", "--draft-p-min", "0.5",
     ]  # fmt: skip
+    probabilistic = spec(method="draft_model", model="d.gguf", draft_sample_method="probabilistic")
     with pytest.raises(ConfigError, match=r"no --spec-draft-sampling .* draft_sample_method 'probabilistic'"):
-        llamacpp.render_spec_args(spec(method="draft_model", model="d.gguf", draft_sample_method="probabilistic"), flags=OLD)
+        llamacpp.render_spec_args(probabilistic, flags=OLD)
     with pytest.raises(ConfigError, match=r"no --spec-type .* spec_type 'draft-mtp'"):
         llamacpp.render_spec_args(spec(method="mtp"), flags=OLD)
 
@@ -137,7 +138,7 @@ def test_a_study_opens_p_min_and_renders_every_configuration_for_the_build() -> 
         (k, m, p) for k in (2, 3) for m in ("greedy", "probabilistic") for p in (0.0, 0.6)
     }
     check_spec_args(space, engine, "s.toml", help_flags=NEW)
-    with pytest.raises(ConfigError, match=r"^s\.toml: \[search\] this llama-server build lists no --spec-draft-sampling"):
+    with pytest.raises(ConfigError, match=r"^s\.toml: \[search\] this llama-server build lists no --spec-draft-samp"):
         check_spec_args(space, engine, "s.toml", help_flags=OLD)
     # a stored config reads back with llama.cpp's fields
     assert validate_stored_spec({**configs[0].extra, "method": "draft_model", "model": "d.gguf",

@@ -1,8 +1,11 @@
-"""Real vLLM (the CPU build) with n-gram speculation, and a draft-model config that fails to boot for real."""
+"""Real vLLM (the CPU build): n-gram speculation and a draft-model config that fails to boot for
+real; and a draft model (made by scripts/setup-real-engines from the target's own layers) swept
+over draft length and draft sampling."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import optuna
@@ -62,3 +65,73 @@ def test_vllm_cpu_study_sweeps_ngram_length_and_survives_a_boot_failure(real_vll
             assert json.loads(argv[argv.index("--speculative-config") + 1])["num_speculative_tokens"] == k
             if row["num_drafts"]:
                 assert len(row["per_position"]) == k
+
+
+# Short prompts that the base model continues: vLLM's CPU build prefills about 35 tokens a second
+# here, and the bundled workloads' 400-token prompts would spend most of the study on prefill.
+SHORT_PROMPTS = (
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    "The history of the lighthouse at the edge of the harbour begins in the winter of",
+    "def parse_config(path):\n    with open(path) as f:\n        data = json.load(f)\n    for key, value in",
+    "The recipe is simple. First, take two cups of flour and",
+    "Dear Margaret,\nI hope this letter finds you well. Since we last spoke,",
+    "In 1854 the city's water came from a single pump on Broad Street, and",
+)
+
+
+# Five boots of about 90 s each on 2 cores, and a short measurement each: about 10 minutes.
+@pytest.mark.timeout(1800)
+def test_vllm_cpu_study_sweeps_draft_length_and_draft_sampling_with_a_draft_model(
+    real_vllm_draft, tmp_path: Path
+) -> None:
+    workload = tmp_path / "short.jsonl"
+    workload.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in SHORT_PROMPTS))
+    start = [
+        real_vllm_draft.python, "-m", "vllm.entrypoints.openai.api_server", "--model", real_vllm_draft.model_dir,
+        "--served-model-name", "gemma", "--host", "{host}", "--port", "{port}", "--enforce-eager",
+        "--max-model-len", "2048", "--dtype", "bfloat16",
+        # with the hybrid KV cache manager a draft model's output on this build is not the target's
+        # own (docs/real-engines.md); without it every layer shares one KV cache group
+        "--disable-hybrid-kv-cache-manager", "{spec_args}",
+    ]  # fmt: skip
+    data = {
+        "study": {"name": "vllm-cpu-draft", "sampler": "grid", "max_consecutive_failures": 2},
+        "server": {
+            "engine": "vllm", "mode": "process", "api": "completions", "ready_timeout_s": 400, "stop_grace_s": 15,
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2"}, "start": start,
+        },
+        "search": {
+            "num_speculative_tokens": [1, 2],
+            "draft_sample_method": ["greedy", "probabilistic"],
+            "fixed": {"method": "draft_model", "model": real_vllm_draft.draft_dir},
+        },
+        "workloads": {str(workload): 1.0},
+        "measure": {"concurrency": [1], "requests": 3, "warmup": 1, "max_tokens": 48, "temperature": 0.8},
+    }  # fmt: skip
+    config = parse_study_config(data)
+    outcome = StudyRunner(config, study_paths(config, tmp_path)).run()
+    trials = outcome.study.trials
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) == 1 + 2 * 2, [t.user_attrs.get("fail_reason") for t in trials]
+    drafts = {"greedy": 0.0, "probabilistic": 0.0}
+    accepted = {"greedy": 0.0, "probabilistic": 0.0}
+    for trial in complete:
+        row = trial.user_attrs["results"][str(workload)]["1"]
+        assert row["output_tokens_per_s"] > 0 and row["errors"] == 0
+        if not trial.user_attrs["spec"]:
+            assert "--speculative-config" not in trial.user_attrs["argv"]
+            continue
+        spec = json.loads(trial.user_attrs["spec"])
+        argv = trial.user_attrs["argv"]
+        assert json.loads(argv[argv.index("--speculative-config") + 1]) == spec
+        method = spec.get("draft_sample_method", "greedy")
+        assert len(row["per_position"]) == spec["num_speculative_tokens"] and row["num_drafts"] > 0
+        drafts[method] += row["num_drafts"]
+        accepted[method] += row["accepted_per_position"][0]
+    # The same two-proportion test as on llama.cpp: first-position acceptance pooled over k.
+    rate = {m: accepted[m] / drafts[m] for m in drafts}
+    pooled = sum(accepted.values()) / sum(drafts.values())
+    z = (rate["probabilistic"] - rate["greedy"]) / math.sqrt(
+        pooled * (1 - pooled) * (1 / drafts["greedy"] + 1 / drafts["probabilistic"])
+    )
+    assert abs(z) > 3.3, (rate, drafts, z)
