@@ -120,7 +120,7 @@ def test_cli_measure_on_real_llama_server(real_engines, tmp_path: Path) -> None:
     assert "per-request timings" in result.stdout
 
 
-def _llama_study(real_engines, tmp_path: Path, name: str, search: dict, measure: dict):
+def _llama_study(real_engines, tmp_path: Path, name: str, search: dict, measure: dict, workload: Path):
     data = {
         "study": {"name": name, "sampler": "grid", "max_consecutive_failures": 2},
         "server": {
@@ -128,7 +128,7 @@ def _llama_study(real_engines, tmp_path: Path, name: str, search: dict, measure:
             "stop_grace_s": 10, "start": real_engines.server_argv("{port}", ["{spec_args}"]),
         },
         "search": {**search, "fixed": {"method": "draft_model", "model": real_engines.draft}},
-        "workloads": {"prose": 1.0},
+        "workloads": {str(workload): 1.0},
         "measure": {"concurrency": [1], "warmup": 1, **measure},
     }  # fmt: skip
     config = parse_study_config(data)
@@ -140,19 +140,21 @@ def _llama_study(real_engines, tmp_path: Path, name: str, search: dict, measure:
 
 # Five and three restarts with the draft model: about two and one minutes on an idle 2-core machine.
 @pytest.mark.timeout(900)
-def test_study_sweeps_draft_length_and_draft_sampling_on_real_llama_server(real_engines, tmp_path: Path) -> None:
+def test_study_sweeps_draft_length_and_draft_sampling_on_real_llama_server(
+    real_engines, short_prompts: Path, tmp_path: Path
+) -> None:
     """k x draft sampling with the Q2_K draft at temperature 0.8: the build's --spec-draft-sampling
     is passed, and the two methods accept differently at the first drafted position, beyond chance."""
     complete, reasons = _llama_study(
         real_engines, tmp_path, "llama-sampling",
         {"num_speculative_tokens": [2, 3], "draft_sample_method": ["greedy", "probabilistic"]},
-        {"requests": 4, "max_tokens": 64, "temperature": 0.8},
+        {"requests": 4, "max_tokens": 64, "temperature": 0.8}, short_prompts,
     )  # fmt: skip
     assert len(complete) == 1 + 2 * 2, reasons  # off, and every k with every method
     drafts = {"greedy": 0.0, "probabilistic": 0.0}
     accepted = {"greedy": 0.0, "probabilistic": 0.0}
     for trial in complete:
-        row = trial.user_attrs["results"]["prose"]["1"]
+        row = trial.user_attrs["results"][str(short_prompts)]["1"]
         assert row["output_tokens_per_s"] > 0 and row["errors"] == 0
         argv = trial.user_attrs["argv"]
         if not trial.user_attrs["spec"]:
@@ -176,14 +178,14 @@ def test_study_sweeps_draft_length_and_draft_sampling_on_real_llama_server(real_
 
 
 @pytest.mark.timeout(600)
-def test_study_opens_p_min_on_real_llama_server(real_engines, tmp_path: Path) -> None:
+def test_study_opens_p_min_on_real_llama_server(real_engines, short_prompts: Path, tmp_path: Path) -> None:
     """p_min, llama.cpp's confidence cut-off, opened in a study: without it every draft runs to k
     tokens (bar the end of a completion); with a high cut-off drafts stop early and what is drafted
     is accepted more often."""
     complete, reasons = _llama_study(
         real_engines, tmp_path, "llama-p-min",
         {"num_speculative_tokens": [4, 4], "open": {"p_min": [0.0, 0.9]}},
-        {"requests": 3, "max_tokens": 64, "temperature": 0.0},
+        {"requests": 3, "max_tokens": 64, "temperature": 0.0}, short_prompts,
     )  # fmt: skip
     assert len(complete) == 3, reasons
     by_p_min = {}
@@ -194,7 +196,7 @@ def test_study_opens_p_min_on_real_llama_server(real_engines, tmp_path: Path) ->
         argv = trial.user_attrs["argv"]
         assert float(argv[argv.index("--spec-draft-p-min") + 1]) == spec["p_min"]
         record = json.loads((tmp_path / "llama-p-min" / trial.user_attrs["record"]).read_text())
-        level = record["workloads"]["prose"]["levels"][0]
+        level = record["workloads"][str(short_prompts)]["levels"][0]
         drafted = level["client_acceptance"]["drafted_tokens"]
         by_p_min[spec["p_min"]] = (
             drafted / level["acceptance"]["num_drafts"],

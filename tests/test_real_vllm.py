@@ -67,25 +67,12 @@ def test_vllm_cpu_study_sweeps_ngram_length_and_survives_a_boot_failure(real_vll
                 assert len(row["per_position"]) == k
 
 
-# Short prompts that the base model continues: vLLM's CPU build prefills about 35 tokens a second
-# here, and the bundled workloads' 400-token prompts would spend most of the study on prefill.
-SHORT_PROMPTS = (
-    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
-    "The history of the lighthouse at the edge of the harbour begins in the winter of",
-    "def parse_config(path):\n    with open(path) as f:\n        data = json.load(f)\n    for key, value in",
-    "The recipe is simple. First, take two cups of flour and",
-    "Dear Margaret,\nI hope this letter finds you well. Since we last spoke,",
-    "In 1854 the city's water came from a single pump on Broad Street, and",
-)
-
-
 # Five boots of about 90 s each on 2 cores, and a short measurement each: about 10 minutes.
 @pytest.mark.timeout(1800)
 def test_vllm_cpu_study_sweeps_draft_length_and_draft_sampling_with_a_draft_model(
-    real_vllm_draft, tmp_path: Path
+    real_vllm_draft, short_prompts: Path, tmp_path: Path
 ) -> None:
-    workload = tmp_path / "short.jsonl"
-    workload.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in SHORT_PROMPTS))
+    workload = short_prompts
     start = [
         real_vllm_draft.python, "-m", "vllm.entrypoints.openai.api_server", "--model", real_vllm_draft.model_dir,
         "--served-model-name", "gemma", "--host", "{host}", "--port", "{port}", "--enforce-eager",
