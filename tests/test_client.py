@@ -137,18 +137,25 @@ def test_llama_cpp_timings_and_sglang_fields() -> None:
     body = sse(
         chunk("a", usage=1),
         {**chunk("bcd", finish="length", usage=8), "timings": {"draft_n": 12, "draft_n_accepted": 7}},
-        {**chunk(usage=8), "sglext": {"spec_verify_ct": 3}},
-    )
+        # SGLang 0.5.23 sends the details in a chunk of their own, with no choices
+        {"id": "chatcmpl-1", "choices": [], "sglext": {"spec_tokens_details": {"spec_verify_ct": 3,
+                                                                              "spec_num_correct_drafts": 5}}},
+        chunk(usage=8),
+    )  # fmt: skip
     record, _ = run(body)
     assert (record.draft_n, record.draft_n_accepted, record.spec_verify_ct) == (12, 7, 3)
     assert record.response_id == "chatcmpl-1"
+    listed = sse(chunk("ab", finish="length", usage=8), {"choices": [], "sglext": {"spec_tokens_details": [
+        {"spec_verify_ct": 4}]}})  # fmt: skip
+    assert run(listed)[0].spec_verify_ct == 4
 
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
         st.sampled_from(["choices", "delta", "content", "text", "usage", "completion_tokens", "prompt_tokens",
-                         "finish_reason", "timings", "draft_n", "sglext", "id", "error", "index"]), inner, max_size=4),
+                         "finish_reason", "timings", "draft_n", "sglext", "spec_tokens_details", "id", "error",
+                         "index"]), inner, max_size=4),
     max_leaves=12,
 )  # fmt: skip
 _lines = st.one_of(

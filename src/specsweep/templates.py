@@ -74,6 +74,11 @@ def _plain(value: str | Sequence[str] | None, match: re.Match[str]) -> str:
     return value if isinstance(value, str) else match.group(0)  # a list fits only an element of its own
 
 
+def has_placeholder(text: str) -> bool:
+    """Whether ``text`` holds a placeholder (its value is known only when a trial starts)."""
+    return _PLACEHOLDER.search(text) is not None
+
+
 def parse_command_template(value: object, *, where: str) -> CommandTemplate:
     """Check a template from a study file; ``where`` (file and key path) starts every error."""
     if isinstance(value, str) and value.strip():

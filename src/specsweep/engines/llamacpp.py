@@ -1,12 +1,39 @@
-"""llama.cpp ``llama-server``: metric names and what its streams carry.
+"""llama.cpp ``llama-server``: its speculative flags, metric names and what its streams carry.
 
 Acceptance comes two ways: ``llamacpp:spec_decode_*`` counters on ``/metrics`` (with
 ``--metrics``; per position included on late-2026 builds), and ``timings.draft_n`` /
 ``timings.draft_n_accepted`` in the final streamed chunk of each request.
+
+Spec-config fields -> llama-server flags (the one mapping; docs/study-config.md shows it):
+
+==========================  ============================================================
+``num_speculative_tokens``  ``--spec-draft-n-max`` (draft types); ``--spec-ngram-T-size-m``
+                            (ngram-simple, ngram-map-k, ngram-map-k4v); ``--spec-ngram-mod-n-max``
+``draft_sample_method``     ``--spec-draft-sampling`` (draft types)
+``model``                   ``-md``
+``method``                  ``--spec-type``: draft_model -> draft-simple, eagle3 -> draft-eagle3,
+                            mtp -> draft-mtp, dflash -> draft-dflash, dspark -> draft-dspark,
+                            ngram -> ngram-simple
+``spec_type``               ``--spec-type`` itself, over the one ``method`` implies
+``p_min``                   ``--spec-draft-p-min`` (draft types)
+``p_split``                 ``--spec-draft-p-split`` (draft types)
+``n_min``                   ``--spec-draft-n-min`` (draft types); ``--spec-ngram-mod-n-min``
+``prompt_lookup_min``       ``--spec-ngram-T-size-n`` (default 3); ``--spec-ngram-mod-n-match``
+``ngram_min_hits``          ``--spec-ngram-T-min-hits``
+==========================  ============================================================
+
+Builds before the 2026 rename have ``--draft-max``, ``--draft-min`` and ``--draft-p-min`` and no
+``--spec-type``; given the flags a build's ``--help`` lists (:func:`parse_help_flags`), the
+render picks the names that build has and refuses, in one line, a setting it cannot express.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+from typing import Any
+
+from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.types import CounterNames, SpeculativeConfig
 
@@ -23,24 +50,192 @@ COUNTERS = CounterNames(
 # its first token, and this makes sure no cached prefix is reused.
 EXTRA_BODY = {"cache_prompt": False}
 
+DRAFT_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
+SPEC_TYPES = DRAFT_TYPES + NGRAM_TYPES
+METHOD_SPEC_TYPES = {
+    "draft_model": "draft-simple",
+    "eagle3": "draft-eagle3",
+    "mtp": "draft-mtp",
+    "dflash": "draft-dflash",
+    "dspark": "draft-dspark",
+    "ngram": "ngram-simple",
+}
+# llama.cpp's own spec-config fields, in the order a config key lists them: name -> (kind, types it applies to)
+FIELDS: dict[str, tuple[type, tuple[str, ...]]] = {
+    "spec_type": (str, SPEC_TYPES),
+    "p_min": (float, DRAFT_TYPES),
+    "p_split": (float, DRAFT_TYPES),
+    "n_min": (int, (*DRAFT_TYPES, "ngram-mod")),
+    "ngram_min_hits": (int, ("ngram-simple", "ngram-map-k", "ngram-map-k4v")),
+}
+# Each flag's names, newest first: a build's --help says which one it takes.
+FLAG_NAMES: dict[str, tuple[str, ...]] = {
+    "--spec-draft-model": ("-md", "--spec-draft-model", "--model-draft"),
+    "--spec-type": ("--spec-type",),
+    "--spec-draft-n-max": ("--spec-draft-n-max", "--draft-max"),
+    "--spec-draft-n-min": ("--spec-draft-n-min", "--draft-min"),
+    "--spec-draft-p-min": ("--spec-draft-p-min", "--draft-p-min"),
+    "--spec-draft-p-split": ("--spec-draft-p-split", "--draft-p-split"),
+    "--spec-draft-sampling": ("--spec-draft-sampling",),
+}
+# Every flag that sets the spec config (a rig's server arguments leave them out).
+SPEC_FLAGS = (
+    *(name for names in FLAG_NAMES.values() for name in names),
+    *(f"--spec-{t}-{size}" for t in NGRAM_TYPES[:3] for size in ("size-n", "size-m", "min-hits")),
+    "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max", "--spec-ngram-mod-n-match",
+    "--spec-synth-len", "--spec-synth-rates",
+)  # fmt: skip
 
-def render_spec_args(spec: SpeculativeConfig | None) -> list[str]:
-    """llama-server's late-2026 flags for a spec config in vLLM's vocabulary.
 
-    ``draft_model`` -> a draft model (``-md``, ``--spec-type draft-simple``, ``--spec-draft-n-max k``);
-    ``ngram`` -> ``--spec-type ngram-simple`` with lookup size ``prompt_lookup_min`` (default 3) and
-    draft length k. llama.cpp has no draft sampling choice: ``draft_sample_method`` is not used.
+def validate_spec_config(raw: dict[str, Any]) -> SpeculativeConfig:
+    """vLLM's rules for the fields vLLM has, and llama.cpp's own fields (:data:`FIELDS`) beside them."""
+    own = {name: raw[name] for name in FIELDS if name in raw}
+    spec = validate_speculative_config({key: value for key, value in raw.items() if key not in FIELDS})
+    spec_type = spec_type_of(spec.method, own.get("spec_type"))
+    for name, kind_and_types in FIELDS.items():
+        if name not in own:
+            continue
+        kind, applies = kind_and_types
+        if kind is float and isinstance(own[name], int) and not isinstance(own[name], bool):
+            own[name] = float(own[name])
+        if isinstance(own[name], bool) or not isinstance(own[name], kind):
+            what = {str: "a string", float: "a number", int: "a whole number"}[kind]
+            raise ConfigError(f"speculative_config.{name} must be {what}, got {own[name]!r}.")
+        if spec_type not in applies:
+            raise ConfigError(
+                f"speculative_config.{name} applies to llama.cpp spec types {', '.join(applies)}, not {spec_type}."
+            )
+    if not 0.0 <= own.get("p_min", 0.0) <= 1.0 or not 0.0 <= own.get("p_split", 0.0) <= 1.0:
+        raise ConfigError("speculative_config.p_min and p_split are probabilities: each in 0..1.")
+    if own.get("n_min", 0) < 0 or own.get("ngram_min_hits", 1) < 1:
+        raise ConfigError("speculative_config.n_min must be >= 0 and ngram_min_hits >= 1.")
+    return replace(spec, extra={**spec.extra, **own})
+
+
+def spec_type_of(method: str | None, spec_type: Any = None) -> str:
+    """The ``--spec-type`` a config runs: ``spec_type`` if given, else the one ``method`` implies."""
+    if spec_type is None:
+        if method not in METHOD_SPEC_TYPES:
+            raise ConfigError(
+                f"llama.cpp studies support method {', '.join(repr(m) for m in METHOD_SPEC_TYPES)}, not {method!r} "
+                "(or name the llama.cpp type in spec_type); set it in search.fixed."
+            )
+        return METHOD_SPEC_TYPES[method]
+    if spec_type not in SPEC_TYPES:
+        raise ConfigError(f"speculative_config.spec_type must be one of {', '.join(SPEC_TYPES)}, got {spec_type!r}.")
+    implied = METHOD_SPEC_TYPES.get(method or "")
+    if implied is not None and implied.split("-")[0] != spec_type.split("-")[0]:
+        raise ConfigError(
+            f"speculative_config.spec_type {spec_type!r} does not go with method {method!r}: use method 'ngram' "
+            "with ngram-* types and a draft method (draft_model, eagle3, mtp, dflash, dspark) with draft-* types."
+        )
+    return spec_type
+
+
+def drafts_from_a_distribution(spec: SpeculativeConfig) -> bool:
+    """Whether the drafter samples (draft types) or looks tokens up (ngram types): only the first
+    has a draft sampling method to choose."""
+    return spec_type_of(spec.method, spec.extra.get("spec_type")) in DRAFT_TYPES
+
+
+_FLAG_LINE = re.compile(r"^(-{1,2}[A-Za-z0-9][\w-]*(?:,\s+-{1,2}[A-Za-z0-9][\w-]*)*)")
+
+
+def parse_help_flags(help_text: str) -> frozenset[str]:
+    """Every flag name ``llama-server --help`` lists as usable (removed ones, which the newer builds
+    still list with "the argument has been removed", left out)."""
+    flags: set[str] = set()
+    entry: list[str] = []
+    text = ""
+
+    def close() -> None:
+        if entry and "has been removed" not in text:
+            flags.update(entry)
+
+    for line in help_text.splitlines():
+        match = _FLAG_LINE.match(line)
+        if match:
+            close()
+            entry = [name.strip() for name in match.group(1).split(",")]
+            text = line
+        else:
+            text += " " + line.strip()
+    close()
+    return frozenset(flags)
+
+
+def render_spec_args(spec: SpeculativeConfig | None, *, flags: frozenset[str] | None = None) -> list[str]:
+    """llama-server's flags for a spec config (the mapping in this module's docstring).
+
+    ``flags``: what the build's ``--help`` lists; None renders the late-2026 names unchecked.
     """
     if spec is None or not spec.num_speculative_tokens:
         return []
+    spec_type = spec_type_of(spec.method, spec.extra.get("spec_type"))
     k = str(spec.num_speculative_tokens)
-    if spec.method == "draft_model":
-        if not spec.model:
+    extra = spec.extra
+    if spec_type in DRAFT_TYPES:
+        if spec_type == "draft-simple" and not spec.model:
             raise ConfigError("llama.cpp draft_model needs speculative_config.model: the draft GGUF path.")
-        return ["-md", spec.model, "--spec-type", "draft-simple", "--spec-draft-n-max", k]
-    if spec.method == "ngram":
-        lookup = str(spec.prompt_lookup_min or 3)
-        return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", lookup, "--spec-ngram-simple-size-m", k]
+        pairs: list[tuple[str, str | None]] = [
+            ("--spec-draft-model", spec.model),
+            ("--spec-type", spec_type),
+            ("--spec-draft-n-max", k),
+            ("--spec-draft-n-min", _text(extra.get("n_min"))),
+            ("--spec-draft-p-min", _text(extra.get("p_min"))),
+            ("--spec-draft-p-split", _text(extra.get("p_split"))),
+            ("--spec-draft-sampling", spec.draft_sample_method),
+        ]
+    elif spec_type == "ngram-mod":
+        pairs = [
+            ("--spec-type", spec_type),
+            ("--spec-ngram-mod-n-max", k),
+            ("--spec-ngram-mod-n-min", _text(extra.get("n_min"))),
+            ("--spec-ngram-mod-n-match", _text(spec.prompt_lookup_min)),
+        ]
+    else:
+        pairs = [
+            ("--spec-type", spec_type),
+            (f"--spec-{spec_type}-size-n", str(spec.prompt_lookup_min or 3)),
+            (f"--spec-{spec_type}-size-m", k),
+            (f"--spec-{spec_type}-min-hits", _text(extra.get("ngram_min_hits"))),
+        ]
+    args: list[str] = []
+    for flag, value in pairs:
+        if value is None:
+            continue
+        name = _flag_name(flag, flags, spec_type=spec_type, value=value)
+        if name is not None:
+            args += [name, value]
+    return args
+
+
+# What a flag sets, in the spec config's words (for the refusal on a build that lacks the flag).
+_FLAG_FIELDS = {
+    "--spec-type": "spec_type", "--spec-draft-n-max": "num_speculative_tokens", "--spec-draft-n-min": "n_min",
+    "--spec-draft-p-min": "p_min", "--spec-draft-p-split": "p_split", "--spec-draft-sampling": "draft_sample_method",
+}  # fmt: skip
+
+
+def _flag_name(flag: str, flags: frozenset[str] | None, *, spec_type: str, value: str) -> str | None:
+    """The name this build takes for ``flag`` (None: leave it out); ConfigError if the build lacks it."""
+    names = FLAG_NAMES.get(flag, (flag,))
+    if flags is None:
+        return names[0]
+    for name in names:
+        if name in flags:
+            return name
+    if flag == "--spec-type" and spec_type == "draft-simple":
+        return None  # builds before --spec-type draft with a draft model whenever -md is given
+    if flag == "--spec-draft-sampling" and value == "greedy":
+        return None  # builds without the choice draft greedily
+    field = _FLAG_FIELDS.get(flag, flag.removeprefix("--"))
     raise ConfigError(
-        f"llama.cpp studies support method 'draft_model' or 'ngram', not {spec.method!r}; set it in search.fixed."
+        f"this llama-server build lists no {flag} in its --help, so it cannot run {field} {value!r}; "
+        f"use a build that has it, or leave {field} out of the study."
     )
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -18,10 +18,22 @@ class EngineInfo:
     name: str
     metric_prefix: str
     counters: CounterNames
-    render_spec_args: Callable[[SpeculativeConfig | None], list[str]]
+    render_spec_args: Callable[..., list[str]]
     parse_boot_facts: Callable[[str], BootFacts] = vllm.parse_boot_facts
     has_draft_sample_method: bool = True
     extra_body: dict[str, Any] = field(default_factory=dict)
+    # The spec-config fields the engine takes (vLLM's, or vLLM's and the engine's own).
+    validate_spec: Callable[[dict[str, Any]], SpeculativeConfig] = vllm.validate_speculative_config
+    # Whether a config's drafter samples its drafts (so draft_sample_method changes anything).
+    drafts_from_a_distribution: Callable[[SpeculativeConfig], bool] = vllm.drafts_from_a_distribution
+    # Set where the flags depend on the build: the flag names its ``--help`` text lists.
+    parse_help: Callable[[str], frozenset[str]] | None = None
+
+    def spec_args(self, spec: SpeculativeConfig | None, *, help_flags: frozenset[str] | None = None) -> list[str]:
+        """The engine's flags for ``spec``; ``help_flags``: what the server binary's --help lists, if read."""
+        if self.parse_help is not None:
+            return self.render_spec_args(spec, flags=help_flags)
+        return self.render_spec_args(spec)
 
 
 ENGINES = {
@@ -37,8 +49,10 @@ ENGINES = {
         metric_prefix=llamacpp.METRIC_PREFIX,
         counters=llamacpp.COUNTERS,
         render_spec_args=llamacpp.render_spec_args,
-        has_draft_sample_method=False,
         extra_body=llamacpp.EXTRA_BODY,
+        validate_spec=llamacpp.validate_spec_config,
+        drafts_from_a_distribution=llamacpp.drafts_from_a_distribution,
+        parse_help=llamacpp.parse_help_flags,
     ),
     "sglang": EngineInfo(
         name="sglang",
@@ -73,11 +87,7 @@ def engine_from_metric_names(names: set[str]) -> EngineInfo | None:
 SPEC_FLAGS: dict[str, tuple[str, ...]] = {
     "vllm": ("--speculative-config", "-sc"),
     "emulator": ("--speculative-config", "-sc"),
-    "llama.cpp": (
-        "-md", "--model-draft", "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min", "--draft-max",
-        "--draft-min", "--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m", "--spec-synth-len",
-        "--spec-synth-rates",
-    ),
+    "llama.cpp": llamacpp.SPEC_FLAGS,
     "sglang": ("--speculative-",),  # a prefix: every --speculative-* flag
 }  # fmt: skip
 # Flags that say where a server listens, or (the emulator) how fast it runs its model: not the rig.

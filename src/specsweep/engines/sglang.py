@@ -1,9 +1,23 @@
 """SGLang: metric names and the per-request acceptance fields.
 
-With ``--enable-metrics`` SGLang publishes acceptance as gauges (``sglang:spec_accept_length``,
-``sglang:spec_accept_rate``): gauges cannot be differenced, so they are read once after a
-measured level. Per request, ``"return_spec_tokens_details": true`` asks for
-``spec_verify_ct`` (verification steps) under ``sglext`` (field names not confirmed in code).
+Checked line by line against SGLang 0.5.23's source (the wheel on PyPI; no real SGLang runs here:
+its CPU backend needs sgl-kernel's CPU ops, which no registry package ships, docs/real-engines.md):
+
+- ``sglang:prompt_tokens_total`` and ``sglang:generation_tokens_total``: counters, labelled also
+  by ``is_streaming`` (``srt/observability/metrics_collector.py`` lines 1856 and 1861).
+- ``sglang:spec_accept_length`` and ``sglang:spec_accept_rate``: gauges (same file, lines 512
+  and 518), set from the last logged decode batches; gauges cannot be differenced, so they are
+  read once after a measured level. Published with ``--enable-metrics``.
+- Per request, ``"return_spec_tokens_details": true`` (``srt/entrypoints/openai/protocol.py``
+  line 393 for completions, 961 for chat) brings ``sglext.spec_tokens_details`` (a
+  ``SpecTokensDetails``, line 456, with ``spec_verify_ct`` at line 465; a list when n > 1), sent
+  in a streamed chunk of its own with no choices (``serving_completions.py`` lines 444 to 476).
+- Flags (``srt/arg_groups/field_order.py`` lines 264 to 271, named by ``arg_utils.py`` line 290):
+  ``--speculative-algorithm`` (``srt/speculative/spec_info.py`` lines 39 to 47: DFLASH, UNO,
+  DSPARK, EAGLE, EAGLE3, FROZEN_KV_MTP, STANDALONE, NGRAM; NEXTN is an alias of EAGLE,
+  ``spec_registry.py`` line 183), ``--speculative-draft-model-path``, ``--speculative-num-steps``,
+  ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``.
+- The server's version: ``/server_info`` (``http_server.py`` line 888; ``runtime/identity.py``).
 """
 
 from __future__ import annotations

@@ -274,6 +274,15 @@ def _validate_per_batch_size(value: Any, k: int | None) -> tuple[BatchSizeRange,
     return tuple(rows)
 
 
+# Drafters that look tokens up instead of sampling them: draft_sample_method changes nothing there.
+LOOKUP_METHODS = ("ngram", "ngram_gpu", "suffix")
+
+
+def drafts_from_a_distribution(spec: SpeculativeConfig) -> bool:
+    """Whether the drafter samples its drafts, so that greedy and probabilistic drafting differ."""
+    return spec.method not in LOOKUP_METHODS
+
+
 def render_spec_args(spec: SpeculativeConfig | None) -> list[str]:
     """vLLM's command-line flags for a spec config (none: speculation off)."""
     return [] if spec is None else ["--speculative-config", spec.to_json()]

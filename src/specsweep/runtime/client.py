@@ -253,8 +253,11 @@ class _StreamTracker:
             self.draft_n = _int_or(timings.get("draft_n"), self.draft_n)
             self.draft_n_accepted = _int_or(timings.get("draft_n_accepted"), self.draft_n_accepted)
         extension = event.get("sglext")
-        if isinstance(extension, dict):
-            self.spec_verify_ct = _int_or(extension.get("spec_verify_ct"), self.spec_verify_ct)
+        details = extension.get("spec_tokens_details") if isinstance(extension, dict) else None
+        if isinstance(details, list) and details:  # one per choice when n > 1; specsweep asks for one
+            details = details[0]
+        if isinstance(details, dict):
+            self.spec_verify_ct = _int_or(details.get("spec_verify_ct"), self.spec_verify_ct)
         return False
 
     def record(self, prompt_id: str, max_tokens: int, *, error: str | None = None) -> RequestRecord:

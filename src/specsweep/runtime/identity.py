@@ -4,7 +4,9 @@
 - The emulator: vLLM's ``/version`` plus {"emulator": {"profile", "time_scale"}}.
 - llama.cpp: ``/props`` (``build_info``, ``model_path``, ``total_slots``, the context size) and
   ``/v1/models``; it has no ``/version``.
-- SGLang: ``/get_server_info`` (``version``) and ``/v1/models``.
+- SGLang: ``/server_info`` (``version``; SGLang 0.5.23 ``entrypoints/http_server.py``, where
+  the older ``/get_server_info`` still answers but logs a deprecation warning each call), else
+  ``/get_server_info`` for builds before the rename; and ``/v1/models``.
 
 The command line a server was started with cannot be read over HTTP: it stays unknown here.
 Nothing raises: what cannot be read is None.
@@ -80,7 +82,9 @@ async def read_identity(http: httpx.AsyncClient, engine: str | None) -> ServerId
             if "total_slots" in props:
                 facts["total_slots"] = int(props["total_slots"])
     if engine == "sglang":
-        info = await _get_json(http, "/get_server_info")
+        info = await _get_json(http, "/server_info")
+        if not isinstance(info, dict) or "version" not in info:
+            info = await _get_json(http, "/get_server_info")
         if isinstance(info, dict) and "version" in info:
             version = str(info["version"])
     return ServerIdentity(

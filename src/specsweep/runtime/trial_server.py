@@ -19,6 +19,7 @@ With ``lease_path`` the running server is recorded (``runtime/lease.py``) until 
 
 from __future__ import annotations
 
+import os
 import shlex
 import socket
 import subprocess
@@ -40,7 +41,7 @@ from specsweep.runtime.launcher import (
     wait_until_ready,
 )
 from specsweep.runtime.lease import clear_lease, lease_for, write_lease
-from specsweep.templates import CommandTemplate, Values
+from specsweep.templates import CommandTemplate, Values, has_placeholder
 from specsweep.types import BootFacts, SpeculativeConfig
 
 
@@ -88,9 +89,11 @@ class TrialServer:
         log_path: Path,
         ask_user: Callable[[str], None] | None = None,
         lease_path: Path | None = None,
+        help_flags: frozenset[str] | None = None,
     ) -> None:
         self.config = config
         self.engine = engine
+        self.help_flags = help_flags  # what the server binary's --help lists (read_help_flags)
         self.log_path = log_path
         self.lease_path = lease_path
         self.ask_user = ask_user or _ask_on_terminal
@@ -101,7 +104,7 @@ class TrialServer:
         """Start (or have the user start) the server with ``spec``; raise LaunchError subclasses."""
         config = self.config
         port = config.port or free_port(config.host)
-        spec_args = self.engine.render_spec_args(spec)
+        spec_args = self.engine.spec_args(spec, help_flags=self.help_flags)
         self._values = placeholder_values(
             host=config.host, port=port, spec=spec, spec_args=spec_args, model=config.model, trial=trial
         )
@@ -207,6 +210,25 @@ class TrialServer:
         raise ReadyTimeoutError(
             f"server.wait_free did not succeed within {self.config.ready_timeout_s:.0f} s; the next start could fail."
         )
+
+
+def read_help_flags(config: ServerConfig, engine: EngineInfo) -> frozenset[str] | None:
+    """The flag names the server program's ``--help`` lists, for an engine whose flags differ by
+    build (llama.cpp); None where that does not apply or the program is not known here (a shell
+    string, commands or attach mode), and the engine's newest flag names are used unchecked."""
+    if engine.parse_help is None or config.mode != "process" or not isinstance(config.start, tuple):
+        return None
+    program = config.start[0]
+    if has_placeholder(program):
+        return None
+    try:
+        done = subprocess.run(
+            [program, "--help"], stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
+            timeout=60, env={**os.environ, **config.env}, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LaunchError(f"cannot run '{program} --help' to read which flags this build takes: {exc}") from None
+    return engine.parse_help(done.stdout + done.stderr) or None
 
 
 def _check_port_free(host: str, port: int, *, wait_s: float = 10.0) -> None:

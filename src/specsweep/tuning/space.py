@@ -4,17 +4,21 @@ Parameters: ``num_speculative_tokens`` (0 means speculation off), ``draft_sample
 ``open.<field>`` for every other spec-config field the study opens up. Fields in
 ``search.fixed`` are added to every config. Two parameter sets that give the same effective
 server (speculation off with either draft method; both draft methods at temperature 0, where
-they are identical) share one key, so the second costs no restart.
+they are identical, or for a drafter that looks tokens up instead of sampling them) share one
+key, so the second costs no restart. Each engine validates the fields it takes (llama.cpp has
+fields of its own beside vLLM's).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specsweep.config import SearchSpace
-from specsweep.engines.vllm import validate_speculative_config
+from specsweep.engines.registry import EngineInfo
+from specsweep.engines.vllm import drafts_from_a_distribution, validate_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.types import SpeculativeConfig
 
@@ -30,6 +34,8 @@ class Space:
     open: dict[str, tuple[Any, ...]]
     fixed: dict[str, Any]
     methods_collapsed: bool  # draft_sample_method dropped: identical at temperature 0, or not an engine option
+    validate: Callable[[dict[str, Any]], SpeculativeConfig] = validate_speculative_config  # the engine's rules
+    samples_drafts: Callable[[SpeculativeConfig], bool] = drafts_from_a_distribution
 
     def grid(self) -> dict[str, list[Any]]:
         """Every parameter with every value: optuna GridSampler's search space."""
@@ -67,7 +73,10 @@ class Space:
             raw["draft_sample_method"] = params["draft_sample_method"]
         for name in self.open:
             raw[name] = params[f"open.{name}"]
-        return validate_speculative_config(raw)
+        spec = self.validate(raw)
+        if spec.draft_sample_method != "greedy" and not self.samples_drafts(spec):
+            spec = replace(spec, draft_sample_method="greedy")  # a lookup drafter: the same server
+        return spec
 
     def params_for(self, spec_fields: dict[str, Any] | None) -> dict[str, Any]:
         """Parameters that reproduce a spec config written as fields (None: speculation off)."""
@@ -83,7 +92,14 @@ class Space:
         return params
 
 
-def build_space(search: SearchSpace, *, temperature: float, engine_has_draft_sample_method: bool) -> Space:
+def build_space(
+    search: SearchSpace,
+    *,
+    temperature: float,
+    engine_has_draft_sample_method: bool,
+    validate: Callable[[dict[str, Any]], SpeculativeConfig] = validate_speculative_config,
+    samples_drafts: Callable[[SpeculativeConfig], bool] = drafts_from_a_distribution,
+) -> Space:
     """The effective space for a study: drop what cannot make a difference."""
     low, high = search.num_speculative_tokens
     k_values = ((0,) if search.no_speculation else ()) + tuple(range(low, high + 1))
@@ -97,6 +113,8 @@ def build_space(search: SearchSpace, *, temperature: float, engine_has_draft_sam
         open=dict(search.open),
         fixed=dict(search.fixed),
         methods_collapsed=collapsed,
+        validate=validate,
+        samples_drafts=samples_drafts,
     )
 
 
@@ -116,10 +134,20 @@ def check_space(space: Space, source: str, baseline: dict[str, Any] | None = Non
         return
     try:
         if baseline.get("num_speculative_tokens"):
-            validate_speculative_config({**space.fixed, **baseline})  # as written, before any collapse
+            space.validate({**space.fixed, **baseline})  # as written, before any collapse
         space.config_from_params(space.params_for(baseline))
     except ConfigError as exc:
         raise ConfigError(f"{source}: search.baseline is not a valid spec config ({exc}); fix that value.") from None
+
+
+def check_spec_args(space: Space, engine: EngineInfo, source: str, *, help_flags: frozenset[str] | None = None) -> None:
+    """ConfigError naming [search] if the engine cannot render a configuration of the space as flags
+    (on llama.cpp, for the build whose ``--help`` listed ``help_flags``)."""
+    for params in space.distinct_params():
+        try:
+            engine.spec_args(space.config_from_params(params), help_flags=help_flags)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: [search] {exc}") from None
 
 
 def config_key(spec: SpeculativeConfig | None) -> str:

@@ -25,11 +25,12 @@ from specsweep.errors import ConfigError, SpecsweepError
 from specsweep.runtime.client import api_key_from_env
 from specsweep.runtime.lease import reclaim_leases
 from specsweep.runtime.measure import thin_levels
+from specsweep.runtime.trial_server import read_help_flags
 from specsweep.tuning import records
 from specsweep.tuning.claims import claim, key_states
 from specsweep.tuning.events import MeasuredElsewhere, Note, Planned, TrialReused, Waiting
 from specsweep.tuning.records import REPEAT_ATTRS
-from specsweep.tuning.space import Space, build_space, check_space, config_key
+from specsweep.tuning.space import Space, build_space, check_space, check_spec_args, config_key
 from specsweep.tuning.storage import (
     Heartbeat,
     default_worker,
@@ -98,8 +99,14 @@ class StudyRunner:
             config.search,
             temperature=config.measure.temperature,
             engine_has_draft_sample_method=self.engine.has_draft_sample_method,
+            validate=self.engine.validate_spec,
+            samples_drafts=self.engine.drafts_from_a_distribution,
         )
         check_space(self.space, config.source, config.search.baseline)
+        # An engine whose flags differ by build (llama.cpp): every configuration is rendered for the
+        # build at hand now, so a setting it cannot express stops the study before any server starts.
+        help_flags = read_help_flags(config.server, self.engine)
+        check_spec_args(self.space, self.engine, config.source, help_flags=help_flags)
         if config.server.mode == "emulator":
             load_profile(config.server.emulator.profile)  # a wrong profile fails here, not in every trial
         workloads: dict[str, Workload] = {name: load_workload(name) for name in config.workloads}
@@ -111,7 +118,7 @@ class StudyRunner:
         )  # fmt: skip
         self.trials = TrialRunner(
             config, paths, self.engine, workloads, api_key=api_key, worker=self.worker, emit=self.emit,
-            ask_user=ask_user,
+            ask_user=ask_user, help_flags=help_flags,
         )  # fmt: skip
         self.settings = settings_of(config, self.space)
         self.ties: tuple[str, ...] = ()  # leaders the search could not separate (said at its stop)

@@ -70,6 +70,7 @@ class TrialRunner:
         worker: str,
         emit: EventCallback,
         ask_user: Callable[[str], None] | None = None,
+        help_flags: frozenset[str] | None = None,
     ) -> None:
         self.config = config
         self.paths = paths
@@ -79,6 +80,7 @@ class TrialRunner:
         self.worker = worker
         self.emit = emit
         self.ask_user = ask_user
+        self.help_flags = help_flags  # what the server binary's --help lists (llama.cpp builds differ)
         # On the emulator, rates and times are recorded in modelled (real-hardware) units.
         self.time_scale = config.server.emulator.time_scale if config.server.mode == "emulator" else 1.0
 
@@ -89,7 +91,7 @@ class TrialRunner:
         log_path = self.paths.logs / f"trial-{number:04d}.log"
         server = TrialServer(
             self.config.server, self.engine, log_path=log_path, ask_user=self.ask_user,
-            lease_path=self.paths.leases / f"{os.getpid()}.json",
+            lease_path=self.paths.leases / f"{os.getpid()}.json", help_flags=self.help_flags,
         )  # fmt: skip
         self.emit(TrialStarting(trial=number, spec=spec))
         header = {"worker": self.worker, "spec": None if spec is None else spec.to_json(), "log": str(log_path)}
