@@ -34,7 +34,9 @@ def assert_usage_error(result: subprocess.CompletedProcess[str], command: str, s
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_an_unknown_flag_is_a_usage_error(command: str) -> None:
-    assert_usage_error(specsweep(command, "--bogus"), command, "No such option: --bogus")
+    result = specsweep(command, "--bogus")
+    assert_usage_error(result, command, "No such option")  # typer 0.29 adds ": --bogus", earlier ones " '--bogus'."
+    assert "--bogus" in result.stderr
 
 
 def test_an_unknown_command_is_a_usage_error() -> None:
