@@ -27,7 +27,7 @@ def emulator_study(
     k: tuple[int, int] = (1, 4),
     workloads: dict[str, float] | None = None,
     concurrency: Sequence[int] = (1,),
-    requests: int = 2,
+    requests: int | None = 2,
     max_tokens: int = 60,
     temperature: float = 0.0,
     **tables: dict[str, Any],
@@ -52,7 +52,7 @@ def emulator_study(
         "workloads": dict(workloads or {"prose": 1.0}),
         "measure": {
             "concurrency": list(concurrency),
-            "requests": requests,
+            **({"requests": requests} if requests is not None else {}),  # None: adaptive measurement
             "max_tokens": max_tokens,
             "temperature": temperature,
         },

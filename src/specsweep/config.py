@@ -103,11 +103,18 @@ class MeasureConfig:
     """How each trial is measured."""
 
     concurrency: tuple[int, ...] = (1, 4)
-    requests: int = 32
+    requests: int | None = None  # a fixed budget per level; None: adaptive (analysis/stopping.py)
+    max_requests: int = 32  # adaptive: the most one level measures
+    precision: float = 0.03  # adaptive: stop at a 95% half-width of this fraction of the rate
     warmup: int | None = None
     max_tokens: int = 600
     temperature: float = 0.0
     timeout_s: float = 600.0
+
+    @property
+    def most_requests(self) -> int:
+        """The most requests one level sends: the fixed budget, or the adaptive one's cap."""
+        return self.requests if self.requests is not None else self.max_requests
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -364,16 +371,28 @@ def _parse_measure(table: RecordTable) -> MeasureConfig:
     if not isinstance(levels, list):
         raise ConfigError(f"{table.source}: measure.concurrency must be a list, e.g. [1, 4].")
     requests = table.get("requests", int)
+    max_requests = table.get("max_requests", int)
+    precision = table.get("precision", float)
     max_tokens = table.get("max_tokens", int)
     temperature = table.get("temperature", float)
     warmup = table.get("warmup", int)
-    if requests < 1 or max_tokens < 1 or not 0 <= temperature <= 2 or (warmup is not None and warmup < 0):
+    if (
+        (requests is not None and requests < 1)
+        or max_requests < 1
+        or not 0 < precision < 1
+        or max_tokens < 1
+        or not 0 <= temperature <= 2
+        or (warmup is not None and warmup < 0)
+    ):
         raise ConfigError(
-            f"{table.source}: [measure] needs requests >= 1, max_tokens >= 1, warmup >= 0 and temperature in 0..2."
+            f"{table.source}: [measure] needs requests >= 1 (or none: adaptive), max_requests >= 1, precision "
+            "between 0 and 1, max_tokens >= 1, warmup >= 0 and temperature in 0..2."
         )
     return MeasureConfig(
         concurrency=_check_levels(levels, f"{table.source}: measure.concurrency"),
         requests=requests,
+        max_requests=max_requests,
+        precision=precision,
         warmup=warmup,
         max_tokens=max_tokens,
         temperature=temperature,

@@ -34,6 +34,7 @@ from specsweep.tuning.events import (
 from specsweep.tuning.rig import WorkloadOnRig
 from specsweep.tuning.rig_study import RigStudyOutcome
 from specsweep.tuning.stored import pick_best
+from specsweep.tuning.study_time import StudyTime
 from specsweep.types import MeasuredConfig, StudySettings
 
 
@@ -332,3 +333,22 @@ def print_boot(out: Console, best: MeasuredConfig, *, on_emulator: bool) -> None
         facts.append("the log warns that the default FP8 kernel config is used (a tuned one may be faster)")
     if facts:
         out.print(f"boot of trial {best.trial}: " + "; ".join(facts))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def print_study_time(out: Console, spent: StudyTime) -> None:
+    """Where the run's time went, and what the grid would have cost on the same rig."""
+    unit = " (modelled)" if spent.modelled else ""
+    line = (
+        f"time: {spent.starts} server starts; booting {_minutes(spent.boot_s)}, measuring "
+        f"{_minutes(spent.measure_s)}{unit}; idle {_minutes(spent.idle_s)} (wall clock)"
+    )
+    if spent.grid_s is not None:
+        line += (
+            f"; a full grid of {spent.grid_configurations} configurations at {spent.grid_requests} requests per "
+            f"level would take about {_minutes(spent.grid_s)}{unit}"
+        )
+    out.print(line)

@@ -9,7 +9,14 @@ import optuna
 import typer
 from rich.console import Console
 
-from specsweep.cli.printers import StudyProgress, print_analysis, print_best_measured, print_boot, print_rig_study
+from specsweep.cli.printers import (
+    StudyProgress,
+    print_analysis,
+    print_best_measured,
+    print_boot,
+    print_rig_study,
+    print_study_time,
+)
 from specsweep.config import (
     EmulatorServer,
     MeasureConfig,
@@ -60,7 +67,7 @@ def default_study(workload: str) -> StudyConfig:
         ),
         workloads={workload: 1.0},
         measure=MeasureConfig(
-            concurrency=(1, 4), requests=12, max_tokens=600, temperature=profile.reference_temperature
+            concurrency=(1, 4), max_requests=12, max_tokens=600, temperature=profile.reference_temperature
         ),
         objective=Objective(concurrency=1),
         source="built-in emulator study",
@@ -92,6 +99,9 @@ def study(
         "at the largest k for acceptance; a drafter or level it lacks; --check).",
     ),
     check: bool = typer.Option(False, "--check", help="With --rig: also measure the predicted optimum."),
+    requests: int = typer.Option(
+        None, min=1, help="Measure every level with exactly this many requests (default: adaptive, docs/search.md)."
+    ),
 ) -> None:
     """Tune draft length and draft sampling: restart the server for each config, measure, recommend.
 
@@ -109,6 +119,8 @@ def study(
             chosen = replace(chosen, workloads={workload: 1.0})
     if study_name:
         chosen = replace(chosen, name=study_name)
+    if requests is not None:
+        chosen = replace(chosen, measure=replace(chosen.measure, requests=requests))
     out = Console(soft_wrap=True)
     paths = study_paths(chosen, studies_dir, storage)
     shared = is_shared(paths.storage)
@@ -146,6 +158,8 @@ def study(
     out.print(f"\nstopped: {outcome.stop_reason} ({outcome.restarts} server restarts this run)")
     for tie in outcome.ties:
         out.print(f"  [yellow]tied:[/yellow] {tie}")
+    if outcome.time is not None:
+        print_study_time(out, outcome.time)
     _print_results(out, outcome.study, on_emulator=on_emulator)
     _write_rig(out, outcome, chosen, paths.folder)
     if paths.storage.startswith("sqlite:///"):

@@ -6,13 +6,14 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from specsweep.runtime.client import RequestRecord, StreamingClient
 from specsweep.workload import Workload, WorkloadPrompt
 
 ProgressCallback = Callable[[RequestRecord], None]
+StopRule = Callable[[Sequence[RequestRecord]], str | None]  # why to send no more requests, or None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,6 +25,7 @@ class LevelRun:
     ended_at: float
     records: tuple[RequestRecord, ...]
     saturated_until: float | None = None  # closed loop: when the first stream ran out of requests
+    stopped_by: str | None = None  # closed loop with a stop rule: why it stopped before its last request
 
     @property
     def wall_s(self) -> float:
@@ -57,18 +59,24 @@ async def run_closed_loop(
     max_tokens: int,
     temperature: float,
     on_done: ProgressCallback | None = None,
+    stop: StopRule | None = None,
 ) -> LevelRun:
-    """Keep ``concurrency`` requests in flight until ``requests`` have been sent and answered."""
+    """Keep ``concurrency`` requests in flight until ``requests`` have been sent and answered, or
+    until ``stop`` (asked after each answer) gives a reason: then the requests in flight finish and
+    no more are sent."""
     counter = itertools.count()
     records: list[RequestRecord] = []
     saturated_until: list[float] = []
+    stopped: list[str] = []
 
     async def worker() -> None:
-        while next(counter) < requests:
+        while not stopped and next(counter) < requests:
             record = await client.stream(prompts.next(), max_tokens=max_tokens, temperature=temperature)
             records.append(record)
             if on_done is not None:
                 on_done(record)
+            if stop is not None and not stopped and (reason := stop(records)) is not None:
+                stopped.append(reason)
         saturated_until.append(time.perf_counter())
 
     started = time.perf_counter()
@@ -80,6 +88,7 @@ async def run_closed_loop(
         ended_at=ended,
         records=tuple(records),
         saturated_until=min(saturated_until) if saturated_until else None,
+        stopped_by=stopped[0] if stopped else None,
     )
 
 

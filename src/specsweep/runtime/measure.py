@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import httpx
 
 from specsweep.analysis.counters import CounterDelta, counter_delta
 from specsweep.analysis.levels import LevelSummary, summarize_level
+from specsweep.analysis.stopping import LevelTarget, stop_reason
 from specsweep.engines import sglang
 from specsweep.engines.registry import EngineInfo, engine_from_metric_names, engine_info
 from specsweep.errors import MetricsError, RequestError
@@ -64,6 +67,9 @@ class MeasureSettings:
     seed: int = 0
     timeout_s: float = 600.0
     extra_body: dict[str, Any] = field(default_factory=dict)
+    # Adaptive measurement (analysis/stopping.py): per concurrency, what the level must settle;
+    # ``requests`` is then the most a level measures. None: every level measures ``requests``.
+    targets: Mapping[int, LevelTarget] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +80,13 @@ class LevelResult:
     records: tuple[RequestRecord, ...]
     delta: CounterDelta | None
     notes: tuple[str, ...]  # what the reader must know: missing metrics, foreign traffic, ...
+    stopped_by: str | None = None  # adaptive: "precise", "cannot win", "clearly ahead" or "budget"
+    warmup_s: float = 0.0  # wall clock of the level's warm-up
+
+    @property
+    def measuring_s(self) -> float:
+        """Wall clock spent sending requests at this level: its warm-up and its measured window."""
+        return self.warmup_s + self.summary.wall_s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -211,6 +224,7 @@ async def _measure_level(
     streams = concurrency or 1
     warmup = settings.warmup if settings.warmup is not None else streams
     emit(WarmingUp(concurrency=concurrency, requests=warmup))
+    warmup_s = 0.0
     if warmup:
         warm = await run_closed_loop(
             client, prompts, concurrency=streams, requests=warmup,
@@ -218,6 +232,7 @@ async def _measure_level(
         )  # fmt: skip
         if warm.records and all(not r.ok for r in warm.records):
             raise RequestError(f"every warm-up request failed: {warm.records[0].error}")
+        warmup_s = warm.wall_s
     before, note = await _try_scrape(http)
     emit(LevelStarted(concurrency=concurrency, requests=settings.requests))
 
@@ -230,9 +245,12 @@ async def _measure_level(
             max_tokens=settings.max_tokens, temperature=settings.temperature, seed=settings.seed, on_done=done,
         )  # fmt: skip
     else:
+        target = (settings.targets or {}).get(streams)
         run = await run_closed_loop(
-            client, prompts, concurrency=streams, requests=settings.requests,
+            client, prompts, concurrency=streams,
+            requests=target.max_requests if target is not None else settings.requests,
             max_tokens=settings.max_tokens, temperature=settings.temperature, on_done=done,
+            stop=None if target is None else partial(stop_reason, target),
         )  # fmt: skip
     after, after_note = await _try_scrape(http)
     delta = None
@@ -260,8 +278,10 @@ async def _measure_level(
     if summary.errors:
         reasons = ", ".join(f"{k} x{v}" for k, v in summary.error_reasons.items())
         notes.append(f"{summary.errors} request(s) failed ({reasons})")
-    result = LevelResult(summary=summary, records=run.records, delta=delta, notes=tuple(notes))
-    return result
+    return LevelResult(
+        summary=summary, records=run.records, delta=delta, notes=tuple(notes), stopped_by=run.stopped_by,
+        warmup_s=warmup_s,
+    )  # fmt: skip
 
 
 def run_measure(settings: MeasureSettings, workload: Workload, **kwargs: Any) -> Measurement:

@@ -26,6 +26,8 @@ def measurement_to_dict(measurement: Measurement) -> dict[str, Any]:
         for f in fields(measurement.settings)
         if f.name not in SECRET_SETTINGS
     }
+    if measurement.settings.targets is not None:
+        settings["targets"] = {str(b): asdict(t) for b, t in measurement.settings.targets.items()}
     levels = []
     for level in measurement.levels:
         summary = asdict(level.summary)
@@ -36,7 +38,7 @@ def measurement_to_dict(measurement: Measurement) -> dict[str, Any]:
             del row["chunk_times_s"]  # thousands of numbers per level; the summary keeps what they give
             row["started_at"] = record.started_at - start  # seconds from the level's first request
             records.append(row)
-        levels.append({**summary, "notes": list(level.notes), "records": records})
+        levels.append({**summary, "notes": list(level.notes), "stopped_by": level.stopped_by, "records": records})
     return finite_json(
         {
             "specsweep_version": __version__,

@@ -154,6 +154,7 @@ class TrialRecord:
     retries: int = 0
     retry_of: int | None = None
     repeat: bool = False  # measured again on purpose (run-to-run noise, tied leaders), not a duplicate
+    times: TrialTimes | None = None  # where its time went (None: studies from before it was kept)
 
     @property
     def measured(self) -> bool:
@@ -209,6 +210,7 @@ def read_trial(trial: optuna.trial.FrozenTrial) -> TrialRecord:
         retries=int(attrs.get("retries", 0)),
         retry_of=attrs.get("retry_of"),
         repeat=bool(attrs.get("repeat")),
+        times=_times_from_stored(attrs.get("times")),
     )
 
 
@@ -256,6 +258,31 @@ def record_results(
     trial.set_user_attr("constraints", constraints)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrialTimes:
+    """Where one trial's time went: booting its server and measuring it (the rest of the study's
+    time is idle: stopping servers, waiting for memory, deciding). Modelled seconds on the
+    emulator (its configured startup, its measuring time times its time scale)."""
+
+    boot_s: float
+    measure_s: float
+    modelled: bool = False
+
+
+def record_times(trial: optuna.Trial, times: TrialTimes) -> None:
+    trial.set_user_attr("times", asdict(times))
+
+
+def _times_from_stored(stored: dict[str, Any] | None) -> TrialTimes | None:
+    if not stored:
+        return None
+    return TrialTimes(
+        boot_s=float(stored.get("boot_s") or 0.0),
+        measure_s=float(stored.get("measure_s") or 0.0),
+        modelled=bool(stored.get("modelled")),
+    )
+
+
 def record_failure(trial: optuna.Trial, reason: str) -> None:
     trial.set_user_attr("fail_reason", reason)
 
@@ -265,12 +292,20 @@ def record_failure_of(study: optuna.Study, number: int, reason: str) -> None:
     optuna.trial.Trial(study, study.trials[number]._trial_id).set_user_attr("fail_reason", reason)
 
 
-REPEAT_ATTRS = {"repeat": True}  # enqueued with these, a measured configuration is measured again
+def decision_attrs(phase: str, *, repeat: bool = False) -> dict[str, Any]:
+    """What a trial is enqueued with: the decision that chose it, and whether it measures a
+    configuration again on purpose (else a measured configuration is reused, not measured)."""
+    return {"phase": phase, **({"repeat": True} if repeat else {})}
 
 
 def is_repeat(trial: optuna.Trial) -> bool:
     """Whether a trial was enqueued to measure its configuration again."""
     return bool(trial.user_attrs.get("repeat"))
+
+
+def trial_phase(trial: optuna.Trial) -> str | None:
+    """The search decision a trial was enqueued for (None: a sampler chose it)."""
+    return trial.user_attrs.get("phase")
 
 
 def record_reuse(trial: optuna.Trial, source: optuna.trial.FrozenTrial) -> None:

@@ -29,7 +29,6 @@ from specsweep.runtime.trial_server import read_help_flags
 from specsweep.tuning import records
 from specsweep.tuning.claims import claim, key_states
 from specsweep.tuning.events import MeasuredElsewhere, Note, Planned, TrialReused, Waiting
-from specsweep.tuning.records import REPEAT_ATTRS
 from specsweep.tuning.space import Space, build_space, check_space, check_spec_args, config_key
 from specsweep.tuning.storage import (
     Heartbeat,
@@ -41,9 +40,13 @@ from specsweep.tuning.storage import (
 )
 from specsweep.tuning.strategy import SearchDecision, decide_next
 from specsweep.tuning.study_store import StudyPaths, open_study, settings_of
-from specsweep.tuning.trial import TrialRunner
+from specsweep.tuning.study_time import StudyTime, study_time
+from specsweep.tuning.trial import TrialRunner, level_targets
 from specsweep.types import EventCallback
 from specsweep.workload import Workload, load_workload
+
+# Search decisions that measure a configuration expected to lead: never stopped for being behind.
+CONTENDER_PHASES = ("repeat", "separate", "confirm", "planned")
 
 
 class StudyInterrupted(SpecsweepError):
@@ -60,6 +63,7 @@ class StudyOutcome:
     new_trials: int
     restarts: int
     ties: tuple[str, ...] = ()  # leaders the search could not separate, and what would
+    time: StudyTime | None = None  # where this run's time went
 
 
 @contextlib.contextmanager
@@ -122,12 +126,15 @@ class StudyRunner:
         )  # fmt: skip
         self.settings = settings_of(config, self.space)
         self.ties: tuple[str, ...] = ()  # leaders the search could not separate (said at its stop)
+        self._trial_wall_s = 0.0  # wall clock inside trials this run (the rest is idle)
         # While other workers measure the last configurations, look again this often.
         self.poll_s = min(5.0, config.heartbeat_s / 2)
 
     def run(self, *, max_trials: int | None = None) -> StudyOutcome:
         """Run trials until a stop condition holds; the outcome says which."""
         config = self.config
+        run_started = time.monotonic()
+        self._trial_wall_s = 0.0
         budget = max_trials if max_trials is not None else config.trials
         deadline = time.monotonic() + config.wall_time_s if config.wall_time_s else None
         # Configurations that fail in this run (in any worker) are not retried in it.
@@ -138,7 +145,7 @@ class StudyRunner:
         waiting = False
         if self.space.methods_collapsed and len(config.search.draft_sample_method) > 1:
             self.emit(Note(text=self._collapse_note()))
-        thin = thin_levels(config.measure.concurrency, config.measure.requests)
+        thin = config.measure.requests and thin_levels(config.measure.concurrency, config.measure.requests)
         if thin:
             self.emit(Note(text=thin))
         for note in reclaim_leases(self.paths.leases, grace_s=config.server.stop_grace_s):
@@ -188,7 +195,9 @@ class StudyRunner:
                         stop_reason = decision.reason
                         self.ties = decision.ties
                         break
-                    self.study.enqueue_trial(decision.params, user_attrs=REPEAT_ATTRS if decision.repeat else None)
+                    self.study.enqueue_trial(
+                        decision.params, user_attrs=records.decision_attrs(decision.phase, repeat=decision.repeat)
+                    )
                 waiting = False
                 new_trials += 1
                 trial = self._ask()
@@ -206,9 +215,14 @@ class StudyRunner:
                 elif outcome == "measured":
                     restarts += 1
                     failures = 0
+        mine = [t for t in records.read_trials(self.study) if t.number not in before and t.worker == self.worker]
+        spent = study_time(
+            mine, config, grid_configurations=self.space.size(), run_wall_s=time.monotonic() - run_started,
+            trial_wall_s=self._trial_wall_s,
+        )  # fmt: skip
         return StudyOutcome(
             study=self.study, space=self.space, stop_reason=stop_reason, new_trials=new_trials, restarts=restarts,
-            ties=self.ties,
+            ties=self.ties, time=spent,
         )  # fmt: skip
 
     def measure(self, params: dict[str, Any]) -> str:
@@ -218,7 +232,7 @@ class StudyRunner:
         key = config_key(self.space.config_from_params(params))
         if key in key_states(self.study, before).measured:
             return "skipped"
-        self.study.enqueue_trial(params)
+        self.study.enqueue_trial(params, user_attrs=records.decision_attrs("planned"))
         with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat:
             trial = self._ask()
             heartbeat.follow(trial._trial_id)
@@ -249,8 +263,16 @@ class StudyRunner:
             self._prune(trial, f"trial {seen.owner[0]} (worker {seen.owner[1]}) measures it")
             self.emit(MeasuredElsewhere(trial=trial.number, source=seen.owner[0], worker=seen.owner[1]))
             return "skipped"
+        phase = records.trial_phase(trial)
+        largest = spec is not None and spec.num_speculative_tokens == max(self.space.k_values)
+        targets = level_targets(
+            self.config, records.measured_configs(self.study), key=key,
+            contender=repeat or phase in CONTENDER_PHASES,
+            acceptance_run=phase == "largest k" or (phase is None and largest), time_scale=self.trials.time_scale,
+        )  # fmt: skip
+        trial_started = time.monotonic()
         try:
-            value = self.trials.run(self.study, trial, spec)
+            value = self.trials.run(self.study, trial, spec, targets)
         except KeyboardInterrupt:
             self.trials.fail(self.study, trial, "interrupted by the user")
             measured = len(key_states(self.study, before).measured)
@@ -258,6 +280,8 @@ class StudyRunner:
                 f"study stopped by the user; {measured} configuration(s) measured are kept in "
                 f"{redact_password(self.paths.storage)} (continue with --resume)."
             ) from None
+        finally:
+            self._trial_wall_s += time.monotonic() - trial_started
         return "failed" if value is None else "measured"
 
     def _decide(self, *, exclude: Collection[str]) -> SearchDecision:

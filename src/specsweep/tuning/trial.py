@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import optuna
 
-from specsweep.config import StudyConfig
+from specsweep.analysis.noise import run_to_run_noise
+from specsweep.analysis.stopping import LevelTarget
+from specsweep.analysis.study import measured_rates
+from specsweep.config import ServerConfig, StudyConfig
+from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import EngineInfo
 from specsweep.errors import LaunchError, SpecsweepError
 from specsweep.runtime.identity import read_server_identity
@@ -24,8 +29,56 @@ from specsweep.runtime.trial_server import TrialServer
 from specsweep.tuning import records
 from specsweep.tuning.events import MeasuringWorkload, TrialDone, TrialFailed, TrialProgress, TrialReady, TrialStarting
 from specsweep.tuning.study_store import StudyPaths
-from specsweep.types import EventCallback, LevelFigures, SpeculativeConfig
+from specsweep.types import EventCallback, LevelFigures, MeasuredConfig, SpeculativeConfig
 from specsweep.workload import Workload
+
+ACCEPTANCE_MIN_REQUESTS = 3  # a drafter's acceptance run collects drafts for every shorter k's fit
+
+
+def emulator_startup_s(server: ServerConfig) -> float:
+    """The emulator's modelled startup: its --startup-seconds, or its profile's."""
+    args = list(server.emulator.extra_args)
+    if "--startup-seconds" in args[:-1]:
+        return float(args[args.index("--startup-seconds") + 1])
+    return load_profile(server.emulator.profile).startup_s
+
+
+def level_targets(
+    config: StudyConfig,
+    measured: Sequence[MeasuredConfig],
+    *,
+    key: str,
+    contender: bool,
+    acceptance_run: bool,
+    time_scale: float = 1.0,
+) -> dict[str, dict[int, LevelTarget]] | None:
+    """What each level of the next trial must settle (None: a fixed budget, ``measure.requests``).
+
+    ``contender``: a configuration measured again on purpose (the noise, tied leaders, a
+    recommendation to confirm): it is not stopped for being behind. ``acceptance_run``: the
+    drafter's largest k so far, whose counters fit the acceptance of every shorter draft.
+    ``time_scale``: the emulator's; stored rates are modelled, the client measures scaled ones.
+    """
+    m = config.measure
+    if m.requests is not None:
+        return None
+    out: dict[str, dict[int, LevelTarget]] = {}
+    for workload in config.workloads:
+        noise = run_to_run_noise(measured, workload)
+        levels = {}
+        for level in m.concurrency:
+            rivals = [r for r in measured_rates(measured, workload, level) if r.key != key]
+            least = max(ACCEPTANCE_MIN_REQUESTS if acceptance_run else 2, level)
+            levels[level] = LevelTarget(
+                concurrency=level,
+                min_requests=min(least, m.max_requests),
+                max_requests=m.max_requests,
+                precision=m.precision,
+                best_tokens_per_s=rivals[0].tokens_per_s * time_scale if rivals and not contender else None,
+                best_noise=noise.relative_sd if noise is not None else None,
+            )
+        out[workload] = levels
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,9 +136,20 @@ class TrialRunner:
         self.help_flags = help_flags  # what the server binary's --help lists (llama.cpp builds differ)
         # On the emulator, rates and times are recorded in modelled (real-hardware) units.
         self.time_scale = config.server.emulator.time_scale if config.server.mode == "emulator" else 1.0
+        self.modelled_boot_s = emulator_startup_s(config.server) if config.server.mode == "emulator" else None
 
-    def run(self, study: optuna.Study, trial: optuna.Trial, spec: SpeculativeConfig | None) -> float | None:
-        """Measure ``spec`` in ``trial`` and tell the study; the objective, or None if the trial failed."""
+    def run(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        spec: SpeculativeConfig | None,
+        targets: Mapping[str, Mapping[int, LevelTarget]] | None = None,
+    ) -> float | None:
+        """Measure ``spec`` in ``trial`` and tell the study; the objective, or None if the trial failed.
+
+        ``targets``: per workload and level, what adaptive measurement must settle (None: the
+        fixed budget)."""
+        trial_started = time.monotonic()
         number = trial.number
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.paths.logs / f"trial-{number:04d}.log"
@@ -100,7 +164,8 @@ class TrialRunner:
             try:
                 started = server.start(spec, trial=number)
             except LaunchError as exc:
-                return self.fail(study, trial, f"server did not start: {exc}")
+                times = self._times(trial_started, time.monotonic(), {})
+                return self.fail(study, trial, f"server did not start: {exc}", times)
             header |= {
                 "startup_s": started.startup_s,
                 "argv": list(started.argv),
@@ -112,18 +177,20 @@ class TrialRunner:
                 trial, argv=tuple(started.argv), startup_s=started.startup_s, boot=started.boot, server=identity
             )
             self.emit(TrialReady(trial=number, startup_s=started.startup_s, boot=started.boot))
+            measuring_started = time.monotonic()
             for name, workload in self.workloads.items():
                 self.emit(MeasuringWorkload(trial=number, workload=name))
-                measurements[name] = run_measure(
-                    self._measure_settings(started.url), workload, on_event=self._relay(number, name)
-                )
+                settings = self._measure_settings(started.url, (targets or {}).get(name))
+                measurements[name] = run_measure(settings, workload, on_event=self._relay(number, name))
                 crashed = server.crashed()
                 if crashed or measurements[name].error:
                     records.write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
-                    return self.fail(study, trial, crashed or f"measurement failed: {measurements[name].error}")
+                    times = self._times(trial_started, measuring_started, measurements)
+                    return self.fail(study, trial, crashed or f"measurement failed: {measurements[name].error}", times)
         finally:
             with contextlib.suppress(SpecsweepError):
                 server.stop()
+        records.record_times(trial, self._times(trial_started, measuring_started, measurements))
         record_file = records.write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
         results = {name: records.level_figures(m, time_scale=self.time_scale) for name, m in measurements.items()}
         objective = trial_objective(self.config, results)
@@ -134,10 +201,25 @@ class TrialRunner:
         self.emit(TrialDone(trial=number, value=objective.value, spec=spec, results=results))
         return objective.value
 
-    def fail(self, study: optuna.Study, trial: optuna.Trial, reason: str) -> None:
+    def fail(
+        self, study: optuna.Study, trial: optuna.Trial, reason: str, times: records.TrialTimes | None = None
+    ) -> None:
+        if times is not None:
+            records.record_times(trial, times)
         records.record_failure(trial, reason)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.emit(TrialFailed(trial=trial.number, reason=reason))
+
+    def _times(self, started: float, measuring: float, measurements: Mapping[str, Measurement]) -> records.TrialTimes:
+        """Where a trial's time went: booting (until ready) and sending requests (warm-ups and measured
+        windows), in the modelled hardware's seconds on the emulator."""
+        boot = measuring - started
+        measure = sum(level.measuring_s for m in measurements.values() for level in m.levels)
+        return records.TrialTimes(
+            boot_s=self.modelled_boot_s if self.modelled_boot_s is not None else boot,
+            measure_s=measure * self.time_scale,
+            modelled=self.modelled_boot_s is not None,
+        )
 
     def _relay(self, number: int, workload: str) -> EventCallback:
         def relay(event: object) -> None:
@@ -145,7 +227,7 @@ class TrialRunner:
 
         return relay
 
-    def _measure_settings(self, url: str) -> MeasureSettings:
+    def _measure_settings(self, url: str, targets: Mapping[int, LevelTarget] | None) -> MeasureSettings:
         m = self.config.measure
         return MeasureSettings(
             endpoint=url,
@@ -153,7 +235,8 @@ class TrialRunner:
             engine=self.engine.name if self.engine.name != "emulator" else "vllm",
             api=self.config.server.api,
             concurrency=m.concurrency,
-            requests=m.requests,
+            requests=m.most_requests,
+            targets=targets,
             warmup=m.warmup,
             max_tokens=m.max_tokens,
             temperature=m.temperature,

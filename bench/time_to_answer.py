@@ -1,0 +1,79 @@
+"""Time to the answer: measuring minutes and total minutes of real emulator studies, three ways.
+
+    python bench/time_to_answer.py [--seeds 3] [--profiles NAME,...] [--budget 12]
+
+Per bundled profile and seed, three studies of the same space (k = 1..5, both draft methods and
+speculation off), both bundled workloads at concurrency 1 and 4, 600-token requests:
+
+- fixed: the model-guided search measuring every level with ``--budget`` requests (today's
+  default study);
+- adaptive: the same search with adaptive measurement capped at ``--budget`` (analysis/stopping.py);
+- grid: every configuration once, at the fixed budget.
+
+Times are modelled (the emulator's hardware): measuring is each trial's measuring wall time
+times the time scale; total adds each server start at the profile's own startup time (240 s on
+the DGX Spark profile), not the 5 s the studies boot with here. Regret is over every cell,
+recommendation and paste (bench/emulator_studies.py). The last line:
+
+    time ratio (fixed/adaptive): R; worst regret: X%
+
+where R is the ratio of measuring time summed over every study.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from emulator_studies import run_study, score
+from specsweep.emulator.profile import bundled_profile_names, load_profile
+
+WAYS = ("fixed", "adaptive", "grid")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--profiles", default=",".join(bundled_profile_names()))
+    parser.add_argument("--budget", type=int, default=12, help="requests per level: fixed, and adaptive's cap")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="specsweep-time-"))
+    started = time.monotonic()
+    print(f"real emulator studies; {args.seeds} seeds; {args.budget} x 600-token requests per level (fixed and grid), "
+          f"adaptive up to {args.budget}; modelled minutes")  # fmt: skip
+    print(f"{'profile':24s} {'way':9s} {'starts':>7s} {'measuring min':>14s} {'total min':>10s} {'worst regret':>13s}")
+    measuring = dict.fromkeys(WAYS, 0.0)
+    worst = 0.0
+    for name in args.profiles.split(","):
+        boot = load_profile(name).startup_s
+        for way in WAYS:
+            starts, measure, regrets = [], [], []
+            for seed in range(args.seeds):
+                outcome = run_study(
+                    name, seed, folder, sampler="grid" if way == "grid" else "model",
+                    requests=None if way == "adaptive" else args.budget, max_requests=args.budget, tag=way,
+                )  # fmt: skip
+                assert outcome.time is not None
+                starts.append(outcome.time.starts)
+                measure.append(outcome.time.measure_s)
+                regrets += [r for c in score(outcome, name, seed=seed) for r in (c.regret, c.snippet_regret)]
+            measuring[way] += sum(measure)
+            if way != "grid":
+                worst = max(worst, *regrets)
+            total = [(m + s * boot) / 60 for m, s in zip(measure, starts, strict=True)]
+            print(
+                f"{name:24s} {way:9s} {statistics.median(starts):>7.0f} {statistics.median(measure) / 60:>14.1f} "
+                f"{statistics.median(total):>10.1f} {100 * max(regrets):>12.1f}%"
+            )
+        print()
+    print(f"medians per study; {time.monotonic() - started:.0f} s")
+    print(f"grid/adaptive measuring time: {measuring['grid'] / measuring['adaptive']:.2f}")
+    ratio = measuring["fixed"] / measuring["adaptive"]
+    print(f"time ratio (fixed/adaptive): {ratio:.2f}; worst regret: {100 * worst:.1f}%")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""When a level has been measured enough: the adaptive measurement's stopping rule.
+
+A level of a trial (one workload at one concurrency B) is a closed loop of B streams. After each
+answered request the rate is estimated from the requests so far: each request's rate is its
+tokens over its latency, B times their mean the aggregate rate R, and their spread gives the
+estimate's relative standard error se (never below ``MIN_REQUEST_SD`` / sqrt(n): a handful of
+requests that happen to agree say little about the next). The level stops, finishing the
+requests in flight, when
+
+- **it cannot win**: the rate's upper bound R (1 + z se) is below the cell's best measured rate
+  (another configuration, measured earlier) at its lower bound, best (1 - z noise), with the
+  run-to-run noise of the workload (or ``precision`` before one is measured): a configuration
+  this far behind is not worth another request;
+- **it is clearly ahead**: its lower bound R (1 - z se) is above the best's upper bound: the new
+  leader, which the search measures again anyway (docs/search.md);
+- **it is precise enough**: z se <= ``precision``, the half-width of its 95% interval relative
+  to R; finer than the run-to-run noise between server starts would buy nothing;
+- or it reached ``max_requests``.
+
+It never stops before ``min_requests``: one request per stream at B >= 2, two at B = 1, and
+more for a drafter's acceptance run (its counters give the acceptance of every shorter draft,
+so it collects drafts for the fits). ``z`` = 2 on both sides: a configuration as fast as the best
+is stopped as a loser with probability about 2.5% x 2.5%; docs/search.md has the measured rate.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specsweep.types import RequestRecord
+
+Z = 2.0
+MIN_REQUEST_SD = 0.02  # relative sd of one request's rate assumed at least (jitter, output lengths)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LevelTarget:
+    """What one level must settle, from the study so far."""
+
+    concurrency: int
+    min_requests: int
+    max_requests: int
+    precision: float  # stop when the rate's 95% half-width is at most this fraction of it
+    best_tokens_per_s: float | None = None  # the cell's best measured rate, in the client's units (wall clock)
+    best_noise: float | None = None  # the relative uncertainty of that best (run-to-run noise)
+
+    @property
+    def adaptive(self) -> bool:
+        return self.min_requests < self.max_requests
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RateEstimate:
+    """The level's aggregate rate from the requests answered so far, and its relative se."""
+
+    tokens_per_s: float
+    relative_se: float
+    requests: int
+
+
+def estimate_rate(records: Sequence[RequestRecord], concurrency: int) -> RateEstimate | None:
+    """B times the mean per-request rate (tokens over latency) of the answered requests."""
+    rates = [r.completion_tokens / r.latency_s for r in records if r.ok and r.completion_tokens and r.latency_s]
+    if not rates:
+        return None
+    mean = sum(rates) / len(rates)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in rates) / (len(rates) - 1)) if len(rates) > 1 else 0.0
+    relative_se = max(sd / mean if mean > 0 else 0.0, MIN_REQUEST_SD) / math.sqrt(len(rates))
+    return RateEstimate(tokens_per_s=concurrency * mean, relative_se=relative_se, requests=len(rates))
+
+
+def stop_reason(target: LevelTarget, records: Sequence[RequestRecord]) -> str | None:
+    """Why the level can stop sending requests now, or None to go on."""
+    sent = len(records)
+    if sent >= target.max_requests:
+        return "budget"
+    if sent < target.min_requests:
+        return None
+    estimate = estimate_rate(records, target.concurrency)
+    if estimate is None:
+        return None
+    if target.best_tokens_per_s is not None:
+        spread = Z * estimate.relative_se
+        margin = Z * (target.best_noise if target.best_noise is not None else target.precision)
+        if estimate.tokens_per_s * (1 + spread) < target.best_tokens_per_s * (1 - margin):
+            return "cannot win"
+        if estimate.tokens_per_s * (1 - spread) > target.best_tokens_per_s * (1 + margin):
+            return "clearly ahead"
+    if Z * estimate.relative_se <= target.precision:
+        return "precise"
+    return None
