@@ -43,7 +43,7 @@ def test_mode_follows_the_engine_and_port_follows_the_mode(server: dict, mode: s
 def _documented_keys() -> dict[str, list[str]]:
     """The keys the reference page lists, by table, in the page's order."""
     keys: dict[str, list[str]] = {}
-    for path in re.findall(r"^\| `([A-Za-z0-9_.]+)` \|", REFERENCE.read_text(), flags=re.M):
+    for path in re.findall(r"^\| `([a-z_]+\.[a-z0-9_.]+)` \|", REFERENCE.read_text(), flags=re.M):
         table, key = path.rsplit(".", 1)
         keys.setdefault(table, []).append(key)
     return keys
@@ -78,7 +78,7 @@ def test_the_reference_page_states_the_defaults_the_records_hold() -> None:
     A default of None is described in words (``server.model``: the first model the server lists).
     """
     checked = 0
-    for path, row in re.findall(r"^\| `([A-Za-z0-9_.]+)` \|(.*)$", REFERENCE.read_text(), flags=re.M):
+    for path, row in re.findall(r"^\| `([a-z_]+\.[a-z0-9_.]+)` \|(.*)$", REFERENCE.read_text(), flags=re.M):
         written = re.search(r"\(default (`[^`]+`|[-\d.]+|true|false)[,)]", row)
         table, key = path.rsplit(".", 1)
         if written is None or (default := record_default(_record_for(table), key)) is None:

@@ -370,33 +370,19 @@ def _parse_measure(table: RecordTable) -> MeasureConfig:
     levels = table.raw("concurrency")
     if not isinstance(levels, list):
         raise ConfigError(f"{table.source}: measure.concurrency must be a list, e.g. [1, 4].")
-    requests = table.get("requests", int)
-    max_requests = table.get("max_requests", int)
-    precision = table.get("precision", float)
-    max_tokens = table.get("max_tokens", int)
-    temperature = table.get("temperature", float)
-    warmup = table.get("warmup", int)
-    if (
-        (requests is not None and requests < 1)
-        or max_requests < 1
-        or not 0 < precision < 1
-        or max_tokens < 1
-        or not 0 <= temperature <= 2
-        or (warmup is not None and warmup < 0)
-    ):
+    kinds = {"requests": int, "max_requests": int, "precision": float, "max_tokens": int, "temperature": float}
+    v = {key: table.get(key, kind) for key, kind in (kinds | {"warmup": int}).items()}
+    wrong = [v["requests"] is not None and v["requests"] < 1, v["max_requests"] < 1, not 0 < v["precision"] < 1]
+    wrong += [v["max_tokens"] < 1, not 0 <= v["temperature"] <= 2, v["warmup"] is not None and v["warmup"] < 0]
+    if any(wrong):
         raise ConfigError(
             f"{table.source}: [measure] needs requests >= 1 (or none: adaptive), max_requests >= 1, precision "
             "between 0 and 1, max_tokens >= 1, warmup >= 0 and temperature in 0..2."
         )
     return MeasureConfig(
         concurrency=_check_levels(levels, f"{table.source}: measure.concurrency"),
-        requests=requests,
-        max_requests=max_requests,
-        precision=precision,
-        warmup=warmup,
-        max_tokens=max_tokens,
-        temperature=temperature,
         timeout_s=_positive(table.get("timeout_s", float), "measure.timeout_s", table.source),
+        **v,
     )
 
 

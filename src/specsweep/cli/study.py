@@ -29,13 +29,14 @@ from specsweep.config import (
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.errors import ConfigError, FitError
 from specsweep.report.snippets import render_snippet, snippet_format_for
-from specsweep.tuning.records import measured_configs, read_study_settings
+from specsweep.tuning.records import measured_configs
 from specsweep.tuning.rig import build_rig
 from specsweep.tuning.rig_file import RIG_FILE, load_rig, write_rig
 from specsweep.tuning.rig_study import run_rig_study
 from specsweep.tuning.storage import default_worker, is_shared, redact_password
 from specsweep.tuning.stored import analyze_stored_study, best_overall
 from specsweep.tuning.study import StudyOutcome, StudyRunner
+from specsweep.tuning.study_settings import read_study_settings
 from specsweep.tuning.study_store import study_exists, study_paths
 
 # The default study: the emulator's default profile (the DGX Spark field report), the report's

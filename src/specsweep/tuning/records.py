@@ -1,8 +1,9 @@
-"""What a study stores, typed: the trial record, its per-level figures and the study's settings.
+"""What a study stores of each trial, typed: the trial record and its per-level figures.
 
-This module is the only code that reads or writes optuna's ``user_attrs`` and the trial files
-beside the study (``trials/trial-NNNN.json``, the full measurement of one trial). Everything
-else works on :class:`TrialRecord`, :class:`LevelFigures` and :class:`StudySettings`.
+This module is the only code that reads or writes a trial's optuna ``user_attrs`` and the trial
+files beside the study (``trials/trial-NNNN.json``, the full measurement of one trial); the
+study's own attributes are tuning/study_settings.py's. Everything else works on
+:class:`TrialRecord` and :class:`LevelFigures`.
 
 The stored form keeps concurrency levels as strings (JSON object keys) and tuples as lists;
 studies written by earlier versions read the same way (absent fields are None or empty).
@@ -21,7 +22,7 @@ from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
 from specsweep.tuning.space import OFF_KEY
-from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, SpeculativeConfig, StudySettings
+from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, SpeculativeConfig
 
 TRIALS_FOLDER = "trials"
 
@@ -357,59 +358,3 @@ def read_trial_file(folder: Path, record: TrialRecord) -> dict[str, Any] | None:
         return json.loads((folder / record.record_file).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-# -- the study's own attributes --------------------------------------------------------------------
-
-
-def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
-    attrs = {
-        "config_source": settings.config_source,
-        "engine": settings.engine,
-        "temperature": settings.temperature,
-        "objective_concurrency": settings.objective_concurrency,
-        "workloads": dict(settings.workload_weights),
-        "concurrency": list(settings.concurrency_levels),
-        "num_speculative_tokens_range": list(settings.k_range) if settings.k_range else None,
-        "max_num_seqs": settings.max_num_seqs,
-    }
-    for name, value in attrs.items():
-        study.set_user_attr(name, value)
-    if settings.baseline_key is not None:
-        study.set_user_attr("baseline_key", settings.baseline_key)
-
-
-def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | None = None) -> StudySettings:
-    """The settings a study was created with (studies without them: inferred from its trials)."""
-    attrs = study.user_attrs
-    configs = configs if configs is not None else measured_configs(study)
-    stored = attrs.get("workloads") or sorted({w for c in configs for w in c.results})
-    weights = dict(stored) if isinstance(stored, dict) else dict.fromkeys(stored, 1.0)
-    levels = attrs.get("concurrency") or sorted({b for c in configs for r in c.results.values() for b in r})
-    k_range = attrs.get("num_speculative_tokens_range")
-    baseline_key = attrs.get("baseline_key")
-    return StudySettings(
-        workload_weights=weights,
-        concurrency_levels=tuple(int(b) for b in levels),
-        objective_concurrency=int(attrs.get("objective_concurrency") or min(int(b) for b in levels)),
-        k_range=(int(k_range[0]), int(k_range[1])) if k_range else None,
-        baseline_key=baseline_key,
-        baseline=None if baseline_key in (None, OFF_KEY) else spec_from_json(baseline_key),
-        engine=str(attrs.get("engine", "vllm")),
-        temperature=attrs.get("temperature"),
-        config_source=attrs.get("config_source"),
-        max_num_seqs=attrs.get("max_num_seqs"),
-    )
-
-
-def check_joinable(study: optuna.Study, mine: StudySettings) -> str | None:
-    """The first setting a joining worker measures differently from the study (None: it may join)."""
-    attrs = study.user_attrs
-    for name, value in (
-        ("workloads", dict(mine.workload_weights)),
-        ("temperature", mine.temperature),
-        ("objective_concurrency", mine.objective_concurrency),
-    ):
-        if name in attrs and attrs[name] != value:
-            return f"has {name} {attrs[name]!r}, this config {value!r}"
-    return None

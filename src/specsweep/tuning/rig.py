@@ -43,8 +43,9 @@ from specsweep.errors import ConfigError, FitError
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
 from specsweep.runtime.store import measurement_to_dict
-from specsweep.tuning.records import TrialRecord, read_study_settings, read_trial_file, read_trials
+from specsweep.tuning.records import TrialRecord, read_trial_file, read_trials
 from specsweep.tuning.rig_file import template_server_args
+from specsweep.tuning.study_settings import read_study_settings
 from specsweep.types import SpeculativeConfig
 
 

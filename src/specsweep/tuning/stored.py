@@ -18,8 +18,10 @@ import optuna
 
 from specsweep.analysis.study import StudyAnalysis, analyze_study, measured_rates
 from specsweep.errors import ConfigError
-from specsweep.tuning.records import OFF_KEY, measured_configs, read_study_settings
+from specsweep.tuning.records import measured_configs
+from specsweep.tuning.space import OFF_KEY
 from specsweep.tuning.storage import open_storage, redact_password
+from specsweep.tuning.study_settings import read_study_settings
 from specsweep.types import MeasuredConfig, StudySettings
 
 

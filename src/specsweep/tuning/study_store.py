@@ -19,7 +19,7 @@ from specsweep.config import ServerConfig, StudyConfig
 from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import max_num_seqs_flag
 from specsweep.errors import ConfigError
-from specsweep.tuning import records
+from specsweep.tuning import records, study_settings
 from specsweep.tuning.space import Space, config_key
 from specsweep.tuning.storage import (
     default_worker,
@@ -161,14 +161,14 @@ def open_study(
         study = optuna.load_study(study_name=config.name, storage=storage, sampler=sampler)
         created = False
     settings = settings_of(config, space)
-    if shared and not created and (difference := records.check_joinable(study, settings)):
+    if shared and not created and (difference := study_settings.check_joinable(study, settings)):
         raise ConfigError(
             f"study {config.name!r} in {where} {difference}; give every worker the same [workloads], [measure] "
             "and [objective] (each its own [server]), or choose another --study-name."
         )
     _fail_interrupted(study, shared=shared, heartbeats=has_heartbeats(storage), worker=worker)
     if created:
-        records.write_study_settings(study, settings)
+        study_settings.write_study_settings(study, settings)
         if queue_initial:
             _queue_initial(study, config, space)
     return study

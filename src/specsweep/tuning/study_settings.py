@@ -1,0 +1,66 @@
+"""What a study was asked to do, as its optuna storage keeps it (the study's own attributes).
+
+The only code that reads or writes a study's ``user_attrs``; studies from before an attribute
+existed read it from their trials.
+"""
+
+from __future__ import annotations
+
+import optuna
+
+from specsweep.tuning.records import measured_configs, spec_from_json
+from specsweep.tuning.space import OFF_KEY
+from specsweep.types import MeasuredConfig, StudySettings
+
+
+def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
+    attrs = {
+        "config_source": settings.config_source,
+        "engine": settings.engine,
+        "temperature": settings.temperature,
+        "objective_concurrency": settings.objective_concurrency,
+        "workloads": dict(settings.workload_weights),
+        "concurrency": list(settings.concurrency_levels),
+        "num_speculative_tokens_range": list(settings.k_range) if settings.k_range else None,
+        "max_num_seqs": settings.max_num_seqs,
+    }
+    for name, value in attrs.items():
+        study.set_user_attr(name, value)
+    if settings.baseline_key is not None:
+        study.set_user_attr("baseline_key", settings.baseline_key)
+
+
+def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | None = None) -> StudySettings:
+    """The settings a study was created with (studies without them: inferred from its trials)."""
+    attrs = study.user_attrs
+    configs = configs if configs is not None else measured_configs(study)
+    stored = attrs.get("workloads") or sorted({w for c in configs for w in c.results})
+    weights = dict(stored) if isinstance(stored, dict) else dict.fromkeys(stored, 1.0)
+    levels = attrs.get("concurrency") or sorted({b for c in configs for r in c.results.values() for b in r})
+    k_range = attrs.get("num_speculative_tokens_range")
+    baseline_key = attrs.get("baseline_key")
+    return StudySettings(
+        workload_weights=weights,
+        concurrency_levels=tuple(int(b) for b in levels),
+        objective_concurrency=int(attrs.get("objective_concurrency") or min(int(b) for b in levels)),
+        k_range=(int(k_range[0]), int(k_range[1])) if k_range else None,
+        baseline_key=baseline_key,
+        baseline=None if baseline_key in (None, OFF_KEY) else spec_from_json(baseline_key),
+        engine=str(attrs.get("engine", "vllm")),
+        temperature=attrs.get("temperature"),
+        config_source=attrs.get("config_source"),
+        max_num_seqs=attrs.get("max_num_seqs"),
+    )
+
+
+def check_joinable(study: optuna.Study, mine: StudySettings) -> str | None:
+    """The first setting a joining worker measures differently from the study (None: it may join)."""
+    attrs = study.user_attrs
+    for name, value in (
+        ("workloads", dict(mine.workload_weights)),
+        ("temperature", mine.temperature),
+        ("objective_concurrency", mine.objective_concurrency),
+    ):
+        if name in attrs and attrs[name] != value:
+            return f"has {name} {attrs[name]!r}, this config {value!r}"
+    return None
