@@ -116,7 +116,7 @@ def main() -> None:
         print(f"  recommended k={chosen} ({rec.tokens_per_s:.1f} tok/s predicted, "
               f"{rec.tokens_per_s_low:.1f}-{rec.tokens_per_s_high:.1f}); sweep best k={best_k} "
               f"{rates[workload][best_k]:.1f} tok/s; the recommended k measured {rates[workload][chosen]:.1f} in the "
-              f"sweep: {100 * ratio:.1f}% of the best" + ("  (tie rule)" if rec.tie_rule_applied else ""))  # fmt: skip
+              f"sweep: {100 * ratio:.1f}% of the best" + ("  (tied with others)" if rec.tied else ""))  # fmt: skip
     print(f"\nworst: {100 * worst:.1f}% of the sweep's best (need >= 97%); {time.monotonic() - started:.0f} s")
 
 

@@ -203,7 +203,7 @@ def test_a_drafter_that_drafts_at_some_steps_only_carries_its_share_across_k() -
     # k = 1 and 2 draft nothing: as slow as speculation off, not sped up by S_1 and S_2
     assert predicted[2] == pytest.approx(predicted[0], rel=0.005)
     best = max(truth, key=lambda k: truth[k].output_tokens_per_s)
-    assert best == 4 and result.recommendation.highest_predicted.num_speculative_tokens == best
+    assert best == 4 and result.recommendation.choice.num_speculative_tokens == best
 
 
 # -- on the emulator, end to end -------------------------------------------------------------

@@ -110,7 +110,8 @@ def thin_levels(concurrency: tuple[int, ...], requests: int) -> str | None:
     if not thin:
         return None
     return (
-        f"{requests} requests per level is fewer than two per stream at concurrency {', '.join(map(str, thin))}: "
+        f"{requests} request{'s' if requests > 1 else ''} per level is fewer than two per stream at concurrency "
+        f"{', '.join(map(str, thin))}: "
         f"those levels measure mostly start-up and ramp-down; use at least {2 * max(thin)} requests"
     )
 
