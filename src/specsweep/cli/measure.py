@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from contextlib import nullcontext
 from pathlib import Path
 
 import typer
@@ -100,9 +101,9 @@ def measure(
     loaded = load_workload(workload)
     console = Console(stderr=True)
     thin = None if rate else thin_levels(settings.concurrency, settings.requests)
-    if thin:
-        console.print(f"[yellow]note:[/yellow] {thin}")
-    with Progress(
+    if thin:  # with the report on stdout: stderr keeps one line for an error
+        Console(soft_wrap=True).print(f"[yellow]note:[/yellow] {thin}")
+    progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -110,8 +111,10 @@ def measure(
         TimeElapsedColumn(),
         console=console,
         transient=True,
-        disable=not console.is_terminal,
-    ) as progress:
+    )
+    # Off a terminal the bar is not started at all: rich 13.0 to 13.x print a blank line on
+    # stopping even a disabled bar, and stderr must keep exactly one line for an error.
+    with progress if console.is_terminal else nullcontext():
         tasks: dict[int | None, int] = {}
         tokens: dict[int | None, int] = {}
 
