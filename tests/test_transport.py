@@ -1,4 +1,4 @@
-"""The streaming transport: kernel arrival stamps, HTTP/1.1 framing, keep-alive, errors.
+"""The streaming transport on real sockets: kernel arrival stamps, framing, keep-alive, errors.
 
 Server threads write responses the way real servers do and note when they wrote each event
 (perf_counter, the same clock in every thread and the one the stamps are converted to).
@@ -20,11 +20,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from specsweep.runtime.client import StreamingClient
-from specsweep.runtime.http1 import BodyDecoder, ChunkedBody, body_decoder, parse_head
 from specsweep.runtime.kernel_stamps import SO_TIMESTAMPNS_NEW, KernelClock, enable_kernel_stamps
 from specsweep.runtime.transport import ARRIVALS, Http1Transport
 from specsweep.workload import WorkloadPrompt
@@ -307,41 +304,6 @@ def test_https_streams_with_kernel_stamps_and_verifies_the_server(certificate: t
     with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
         _requests(stranger.url, 1, Http1Transport(ssl_context=ssl.create_default_context()))
     stranger.thread.join(5)
-
-
-@given(st.lists(st.binary(min_size=1, max_size=40), max_size=6), st.integers(1, 7))
-def test_chunked_decoding_does_not_depend_on_read_boundaries(payloads: list[bytes], step: int) -> None:
-    wire = b"".join(_chunked(p) for p in payloads) + b"0\r\n\r\n"
-    decoder = ChunkedBody()
-    decoded = b"".join(decoder.feed(wire[i : i + step]) for i in range(0, len(wire), step))
-    assert decoded == b"".join(payloads) and decoder.done and not decoder.surplus
-
-
-@pytest.mark.parametrize("wire", [b"-5\r\n", b"1_0\r\n", b"zz\r\n", b"3\r\nabcX\r\n"])
-def test_malformed_chunks_are_refused(wire: bytes) -> None:
-    with pytest.raises(ValueError):
-        ChunkedBody().feed(wire)
-
-
-def test_bytes_after_the_body_mark_the_connection_unusable() -> None:
-    chunked, fixed = ChunkedBody(), BodyDecoder(2)
-    assert chunked.feed(b"0\r\n\r\nHTTP") == b"" and chunked.done and chunked.surplus
-    assert fixed.feed(b"okHTTP") == b"ok" and fixed.done and fixed.surplus
-
-
-@pytest.mark.parametrize(
-    ("raw", "keep_alive", "framing"),
-    [
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked", True, "ChunkedBody"),
-        (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 3", False, "BodyDecoder"),
-        (b"HTTP/1.0 200 OK", False, "CloseDelimitedBody"),
-        (b"HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 0", True, "BodyDecoder"),
-    ],
-)
-def test_response_heads(raw: bytes, keep_alive: bool, framing: str) -> None:
-    head = parse_head(raw)
-    assert head.status == 200 and head.keep_alive is keep_alive
-    assert type(body_decoder(head, "POST")).__name__ == framing
 
 
 def test_kernel_clock_converts_the_wall_clock_stamp() -> None:

@@ -185,11 +185,6 @@ class Connection:
             raise self.error
         return []
 
-    def unread(self, reads: list[tuple[bytes, float]]) -> None:
-        """Put reads back in front (the body bytes that came with the head)."""
-        self.reads[:0] = reads
-        self.buffered += sum(len(data) for data, _ in reads)
-
     def release(self) -> bool:
         """Stop reading; True if the connection can carry another request."""
         self._stop_reading()
