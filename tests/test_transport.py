@@ -178,6 +178,50 @@ def test_read_stamps_leave_the_time_to_the_reader() -> None:
     assert arrivals is None and content == b"data: [DONE]\n\n"
 
 
+@pytest.mark.parametrize("stamps", ["kernel", "socket"])
+def test_a_response_written_byte_by_byte_keeps_each_bytes_arrival(stamps: str) -> None:
+    """One write per byte: the same body, and every body byte arrived after its write and before its read.
+
+    The reader dawdles after each piece, so the socket is read several times (a stamp each) per piece."""
+    payloads = [_event("x", 1), b"data: [DONE]\n\n"]
+    wire, offsets = bytearray(SSE_HEAD), []
+    for payload in payloads:
+        wire += b"%x\r\n" % len(payload)
+        offsets += range(len(wire), len(wire) + len(payload))
+        wire += payload + b"\r\n"
+    wire += b"0\r\n\r\n"
+
+    def script(connection: socket.socket, written: list[float]) -> None:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _read_request(connection)
+        for offset in range(len(wire)):
+            written.append(time.perf_counter())
+            connection.sendall(wire[offset : offset + 1])
+            time.sleep(0.0002)
+
+    async def go() -> list[tuple[float, float]]:
+        """(arrival, read time) per body byte."""
+        async with (
+            httpx.AsyncClient(transport=Http1Transport(stamps=stamps)) as http,
+            http.stream("POST", server.url + "/v1/completions", json={}) as response,
+        ):
+            arrivals, times, body = response.extensions[ARRIVALS], [], b""
+            async for data in response.aiter_bytes():
+                read_at = time.perf_counter()
+                times += [(arrivals.at(offset), read_at) for offset in range(len(data))]
+                body += data
+                await asyncio.sleep(0.005)
+            assert body == b"".join(payloads)
+            return times
+
+    server = Server(script)
+    times = asyncio.run(go())
+    server.thread.join(5)
+    assert len(times) == len(offsets)
+    for offset, (arrived, read_at) in zip(offsets, times, strict=True):
+        assert server.written[offset] <= arrived <= read_at
+
+
 def _requests(
     url: str, count: int, transport: Http1Transport | None = None, pause_s: float = 0.0
 ) -> tuple[list[bytes], int]:
@@ -271,6 +315,51 @@ def test_errors_are_httpx_exceptions() -> None:
         port = unused.getsockname()[1]
     with pytest.raises(httpx.ConnectError):
         _requests(f"http://127.0.0.1:{port}", 1)
+
+
+def _holds_open(connection: socket.socket) -> None:
+    """Keep the connection open until the client drops it (or 5 s pass)."""
+    connection.settimeout(5)
+    try:
+        while connection.recv(65536):
+            pass
+    except OSError:
+        pass
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        SSE_HEAD + _chunked(_event("x", 1)) + b"zz\r\n",  # a chunk size that is not hex
+        SSE_HEAD + b"3\r\nabcXY",  # no CRLF after a chunk
+        b"HTTP/1.1 2OO OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 70_000,  # a head that does not end
+    ],
+)
+def test_a_malformed_response_is_an_error_at_once_not_a_timeout(response: bytes) -> None:
+    """The server sends something malformed and keeps the connection open: the client does not wait."""
+
+    def script(connection: socket.socket, written: list[float]) -> None:
+        _read_request(connection)
+        connection.sendall(response)
+        _holds_open(connection)
+
+    started = time.perf_counter()
+    assert _failure(script, timeout_s=5.0) is httpx.RemoteProtocolError
+    assert time.perf_counter() - started < 2.0
+
+
+def test_a_request_that_h11_will_not_write_fails_before_connecting() -> None:
+    """A header value with CR LF would split the request: refused before any connection (none listens)."""
+    with socket.create_server(("127.0.0.1", 0)) as unused:
+        port = unused.getsockname()[1]
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=Http1Transport()) as http:
+            await http.post(f"http://127.0.0.1:{port}/v1/completions", headers={"X-Note": "a\r\nHost: b"}, json={})
+
+    with pytest.raises(httpx.LocalProtocolError, match="Illegal header value"):
+        asyncio.run(go())
 
 
 @pytest.fixture(scope="module")
