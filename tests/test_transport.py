@@ -290,6 +290,14 @@ def _failure(script: Callable, **transport_args) -> type[Exception]:
     raise AssertionError("no error")
 
 
+def test_the_timeout_bounds_each_wait_not_the_whole_response() -> None:
+    """Events 0.1 s apart for 0.8 s, with a 0.25 s timeout: never silent that long, so no ReadTimeout."""
+    server = Server(sse_script([_event("x", i + 1) for i in range(8)], [0.1] * 8))
+    bodies, _ = _requests(server.url, 1, Http1Transport(timeout_s=0.25))
+    server.thread.join(5)
+    assert bodies[0].count(b'"x"') == 8 and bodies[0].endswith(b"data: [DONE]\n\n")
+
+
 def test_errors_are_httpx_exceptions() -> None:
     def closes(connection, written):
         _read_request(connection)
