@@ -403,6 +403,25 @@ def test_https_streams_with_kernel_stamps_and_verifies_the_server(certificate: t
     stranger.thread.join(5)
 
 
+@pytest.mark.parametrize("tls", [False, True])
+def test_a_body_of_many_reads_arrives_whole(tls: bool, certificate: tuple[Path, Path]) -> None:
+    """A megabyte body, sent at once: many reads of the socket (and TLS records), the same bytes."""
+    body = bytes(range(256)) * 4096
+
+    def script(connection: socket.socket, written: list[float]) -> None:
+        _read_request(connection)
+        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    cert, key = certificate
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(cert, key)
+    server = Server(script, tls=server_side if tls else None)
+    transport = Http1Transport(ssl_context=ssl.create_default_context(cafile=str(cert)))
+    bodies, _ = _requests(server.url, 1, transport)
+    server.thread.join(5)
+    assert bodies == [body]
+
+
 def test_kernel_clock_converts_the_wall_clock_stamp() -> None:
     clock = KernelClock()
     now_ns = time.time_ns()

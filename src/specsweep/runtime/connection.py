@@ -17,7 +17,10 @@ import time
 
 from specsweep.runtime.kernel_stamps import ANCILLARY_SIZE, KernelClock, enable_kernel_stamps
 
-_READ_SIZE = 256 * 1024
+# A read asks for at most this much. CPython allocates the whole size before each recv and
+# shrinks it after; glibc serves 128 KiB or more with mmap until the process has freed a large
+# mapped block, so 256 KiB could cost an mmap, mremap and munmap per read (15-20 us a chunk).
+_READ_SIZE = 64 * 1024
 _HIGH_WATER = 4 * 1024 * 1024  # stop reading a connection whose reader has this much pending
 
 _Tls = tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO]  # the session, ciphertext in, ciphertext out
