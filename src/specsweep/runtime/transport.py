@@ -3,9 +3,9 @@
 The measuring client is written against httpx (its API, its exceptions, ``MockTransport`` in
 tests); this transport only changes who reads the wire, and when the bytes are said to have
 arrived. A server step writes a chunk to every stream at once, and one Python event loop
-spends 70-90 us of CPU per chunk, so with 64 streams the last socket of a burst is read 5-15
-ms after its data came in: any time the process takes itself (in a protocol callback, or
-when a task reads) carries that queueing. The kernel's receive timestamp does not
+spends 30-90 us of CPU per chunk (docs/measure.md), so with 64 streams the last socket of a
+burst is read milliseconds after its data came in: any time the process takes itself (in a
+protocol callback, or when a task reads) carries that queueing. The kernel's receive timestamp does not
 (``runtime/kernel_stamps.py``, which also says what the stamp of a TCP read means).
 
 Each connection (``runtime/connection.py``) is a non-blocking socket with ``SO_TIMESTAMPNS``
