@@ -1,4 +1,4 @@
-"""The streaming transport: kernel arrival stamps, HTTP/1.1 framing, keep-alive, errors.
+"""The streaming transport on real sockets: kernel arrival stamps, framing, keep-alive, errors.
 
 Server threads write responses the way real servers do and note when they wrote each event
 (perf_counter, the same clock in every thread and the one the stamps are converted to).
@@ -20,11 +20,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from specsweep.runtime.client import StreamingClient
-from specsweep.runtime.http1 import BodyDecoder, ChunkedBody, body_decoder, parse_head
 from specsweep.runtime.kernel_stamps import SO_TIMESTAMPNS_NEW, KernelClock, enable_kernel_stamps
 from specsweep.runtime.transport import ARRIVALS, Http1Transport
 from specsweep.workload import WorkloadPrompt
@@ -181,6 +178,50 @@ def test_read_stamps_leave_the_time_to_the_reader() -> None:
     assert arrivals is None and content == b"data: [DONE]\n\n"
 
 
+@pytest.mark.parametrize("stamps", ["kernel", "socket"])
+def test_a_response_written_byte_by_byte_keeps_each_bytes_arrival(stamps: str) -> None:
+    """One write per byte: the same body, and every body byte arrived after its write and before its read.
+
+    The reader dawdles after each piece, so the socket is read several times (a stamp each) per piece."""
+    payloads = [_event("x", 1), b"data: [DONE]\n\n"]
+    wire, offsets = bytearray(SSE_HEAD), []
+    for payload in payloads:
+        wire += b"%x\r\n" % len(payload)
+        offsets += range(len(wire), len(wire) + len(payload))
+        wire += payload + b"\r\n"
+    wire += b"0\r\n\r\n"
+
+    def script(connection: socket.socket, written: list[float]) -> None:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _read_request(connection)
+        for offset in range(len(wire)):
+            written.append(time.perf_counter())
+            connection.sendall(wire[offset : offset + 1])
+            time.sleep(0.0002)
+
+    async def go() -> list[tuple[float, float]]:
+        """(arrival, read time) per body byte."""
+        async with (
+            httpx.AsyncClient(transport=Http1Transport(stamps=stamps)) as http,
+            http.stream("POST", server.url + "/v1/completions", json={}) as response,
+        ):
+            arrivals, times, body = response.extensions[ARRIVALS], [], b""
+            async for data in response.aiter_bytes():
+                read_at = time.perf_counter()
+                times += [(arrivals.at(offset), read_at) for offset in range(len(data))]
+                body += data
+                await asyncio.sleep(0.005)
+            assert body == b"".join(payloads)
+            return times
+
+    server = Server(script)
+    times = asyncio.run(go())
+    server.thread.join(5)
+    assert len(times) == len(offsets)
+    for offset, (arrived, read_at) in zip(offsets, times, strict=True):
+        assert server.written[offset] <= arrived <= read_at
+
+
 def _requests(
     url: str, count: int, transport: Http1Transport | None = None, pause_s: float = 0.0
 ) -> tuple[list[bytes], int]:
@@ -249,6 +290,14 @@ def _failure(script: Callable, **transport_args) -> type[Exception]:
     raise AssertionError("no error")
 
 
+def test_the_timeout_bounds_each_wait_not_the_whole_response() -> None:
+    """Events 0.1 s apart for 0.8 s, with a 0.25 s timeout: never silent that long, so no ReadTimeout."""
+    server = Server(sse_script([_event("x", i + 1) for i in range(8)], [0.1] * 8))
+    bodies, _ = _requests(server.url, 1, Http1Transport(timeout_s=0.25))
+    server.thread.join(5)
+    assert bodies[0].count(b'"x"') == 8 and bodies[0].endswith(b"data: [DONE]\n\n")
+
+
 def test_errors_are_httpx_exceptions() -> None:
     def closes(connection, written):
         _read_request(connection)
@@ -274,6 +323,51 @@ def test_errors_are_httpx_exceptions() -> None:
         port = unused.getsockname()[1]
     with pytest.raises(httpx.ConnectError):
         _requests(f"http://127.0.0.1:{port}", 1)
+
+
+def _holds_open(connection: socket.socket) -> None:
+    """Keep the connection open until the client drops it (or 5 s pass)."""
+    connection.settimeout(5)
+    try:
+        while connection.recv(65536):
+            pass
+    except OSError:
+        pass
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        SSE_HEAD + _chunked(_event("x", 1)) + b"zz\r\n",  # a chunk size that is not hex
+        SSE_HEAD + b"3\r\nabcXY",  # no CRLF after a chunk
+        b"HTTP/1.1 2OO OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 70_000,  # a head that does not end
+    ],
+)
+def test_a_malformed_response_is_an_error_at_once_not_a_timeout(response: bytes) -> None:
+    """The server sends something malformed and keeps the connection open: the client does not wait."""
+
+    def script(connection: socket.socket, written: list[float]) -> None:
+        _read_request(connection)
+        connection.sendall(response)
+        _holds_open(connection)
+
+    started = time.perf_counter()
+    assert _failure(script, timeout_s=5.0) is httpx.RemoteProtocolError
+    assert time.perf_counter() - started < 2.0
+
+
+def test_a_request_that_h11_will_not_write_fails_before_connecting() -> None:
+    """A header value with CR LF would split the request: refused before any connection (none listens)."""
+    with socket.create_server(("127.0.0.1", 0)) as unused:
+        port = unused.getsockname()[1]
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=Http1Transport()) as http:
+            await http.post(f"http://127.0.0.1:{port}/v1/completions", headers={"X-Note": "a\r\nHost: b"}, json={})
+
+    with pytest.raises(httpx.LocalProtocolError, match="Illegal header value"):
+        asyncio.run(go())
 
 
 @pytest.fixture(scope="module")
@@ -309,39 +403,23 @@ def test_https_streams_with_kernel_stamps_and_verifies_the_server(certificate: t
     stranger.thread.join(5)
 
 
-@given(st.lists(st.binary(min_size=1, max_size=40), max_size=6), st.integers(1, 7))
-def test_chunked_decoding_does_not_depend_on_read_boundaries(payloads: list[bytes], step: int) -> None:
-    wire = b"".join(_chunked(p) for p in payloads) + b"0\r\n\r\n"
-    decoder = ChunkedBody()
-    decoded = b"".join(decoder.feed(wire[i : i + step]) for i in range(0, len(wire), step))
-    assert decoded == b"".join(payloads) and decoder.done and not decoder.surplus
+@pytest.mark.parametrize("tls", [False, True])
+def test_a_body_of_many_reads_arrives_whole(tls: bool, certificate: tuple[Path, Path]) -> None:
+    """A megabyte body, sent at once: many reads of the socket (and TLS records), the same bytes."""
+    body = bytes(range(256)) * 4096
 
+    def script(connection: socket.socket, written: list[float]) -> None:
+        _read_request(connection)
+        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
 
-@pytest.mark.parametrize("wire", [b"-5\r\n", b"1_0\r\n", b"zz\r\n", b"3\r\nabcX\r\n"])
-def test_malformed_chunks_are_refused(wire: bytes) -> None:
-    with pytest.raises(ValueError):
-        ChunkedBody().feed(wire)
-
-
-def test_bytes_after_the_body_mark_the_connection_unusable() -> None:
-    chunked, fixed = ChunkedBody(), BodyDecoder(2)
-    assert chunked.feed(b"0\r\n\r\nHTTP") == b"" and chunked.done and chunked.surplus
-    assert fixed.feed(b"okHTTP") == b"ok" and fixed.done and fixed.surplus
-
-
-@pytest.mark.parametrize(
-    ("raw", "keep_alive", "framing"),
-    [
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked", True, "ChunkedBody"),
-        (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 3", False, "BodyDecoder"),
-        (b"HTTP/1.0 200 OK", False, "CloseDelimitedBody"),
-        (b"HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 0", True, "BodyDecoder"),
-    ],
-)
-def test_response_heads(raw: bytes, keep_alive: bool, framing: str) -> None:
-    head = parse_head(raw)
-    assert head.status == 200 and head.keep_alive is keep_alive
-    assert type(body_decoder(head, "POST")).__name__ == framing
+    cert, key = certificate
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(cert, key)
+    server = Server(script, tls=server_side if tls else None)
+    transport = Http1Transport(ssl_context=ssl.create_default_context(cafile=str(cert)))
+    bodies, _ = _requests(server.url, 1, transport)
+    server.thread.join(5)
+    assert bodies == [body]
 
 
 def test_kernel_clock_converts_the_wall_clock_stamp() -> None:

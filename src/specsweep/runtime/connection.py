@@ -17,15 +17,13 @@ import time
 
 from specsweep.runtime.kernel_stamps import ANCILLARY_SIZE, KernelClock, enable_kernel_stamps
 
-_READ_SIZE = 256 * 1024
+# A read asks for at most this much. CPython allocates the whole size before each recv and
+# shrinks it after; glibc serves 128 KiB or more with mmap until the process has freed a large
+# mapped block, so 256 KiB could cost an mmap, mremap and munmap per read (15-20 us a chunk).
+_READ_SIZE = 64 * 1024
 _HIGH_WATER = 4 * 1024 * 1024  # stop reading a connection whose reader has this much pending
 
 _Tls = tuple[ssl.SSLObject, ssl.MemoryBIO, ssl.MemoryBIO]  # the session, ciphertext in, ciphertext out
-
-
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
 
 
 async def open_connection(
@@ -78,7 +76,10 @@ async def _handshake(sock: socket.socket, context: ssl.SSLContext, host: str) ->
 class Connection:
     """A connection's socket, and the reads taken from it and not yet handed out."""
 
-    __slots__ = ("_clock", "_loop", "_reading", "_tls", "_waiter", "buffered", "eof", "error", "key", "reads", "sock")
+    __slots__ = (
+        "_clock", "_deadline", "_loop", "_reading", "_timer", "_tls", "_waiter", "buffered", "eof", "error", "key",
+        "reads", "sock",
+    )  # fmt: skip
 
     def __init__(
         self, sock: socket.socket, key: tuple[str, str, int], clock: KernelClock | None, tls: _Tls | None
@@ -90,6 +91,11 @@ class Connection:
         self._tls = tls
         self._reading = False
         self._waiter: asyncio.Future[None] | None = None
+        # One timer per connection, not one per wait: a wait moves the deadline, and the timer,
+        # when it fires, expires the wait only if the deadline has passed (else re-arms). A
+        # timer per wait cost a heap push and a cancelled entry per streamed chunk.
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
         self.reads: list[tuple[bytes, float]] = []
         self.buffered = 0
         self.eof = False
@@ -171,11 +177,15 @@ class Connection:
                 self._loop.add_reader(self.sock.fileno(), self._on_readable)
                 self._reading = True
             waiter = self._waiter = self._loop.create_future()
-            timer = self._loop.call_later(timeout_s, _expire, waiter)
+            deadline = self._deadline = self._loop.time() + timeout_s
+            timer = self._timer
+            if timer is None or timer.when() > deadline:
+                if timer is not None:
+                    timer.cancel()
+                self._timer = self._loop.call_at(deadline, self._on_deadline)
             try:
                 await waiter
             finally:
-                timer.cancel()
                 self._waiter = None
         reads = self.reads
         if reads:
@@ -184,11 +194,6 @@ class Connection:
         if self.error is not None:
             raise self.error
         return []
-
-    def unread(self, reads: list[tuple[bytes, float]]) -> None:
-        """Put reads back in front (the body bytes that came with the head)."""
-        self.reads[:0] = reads
-        self.buffered += sum(len(data) for data, _ in reads)
 
     def release(self) -> bool:
         """Stop reading; True if the connection can carry another request."""
@@ -205,8 +210,22 @@ class Connection:
             return False
         return False  # end of stream, or bytes nobody asked for (for TLS, possibly a session ticket)
 
+    def _on_deadline(self) -> None:
+        """Expire the wait in progress if its deadline has passed; else wait for the deadline again."""
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # no wait now; the next one arms a timer
+        if self._loop.time() >= self._deadline:
+            waiter.set_exception(TimeoutError())
+        else:
+            self._timer = self._loop.call_at(self._deadline, self._on_deadline)
+
     def close(self) -> None:
         self._stop_reading()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.sock.close()
         waiter = self._waiter
         if waiter is not None and not waiter.done():

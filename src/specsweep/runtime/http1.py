@@ -1,170 +1,96 @@
-"""The HTTP/1.1 response framing the streaming transport needs (RFC 9112), with no I/O.
+"""HTTP/1.1 framing for the streaming transport: h11, fed one timestamped read at a time, no I/O.
 
-A response head is parsed once; its body is decoded read by read, as the bytes come, so that
-each piece of payload keeps the arrival time of the read that brought it. Malformed input
-raises ValueError (the transport turns it into httpx.RemoteProtocolError).
+h11 writes the request and reads the response: status line and headers, 1xx responses,
+chunked, Content-Length or close-delimited bodies, and whether the connection may carry
+another request. What it cannot know is when the bytes arrived. ``Exchange.feed`` gives h11
+one read and takes every event that read completes before the next read goes in. h11 hands
+out body bytes as soon as it holds them and keeps back only framing whose end it has not seen
+(a chunk-size or trailer line, a chunk's closing CRLF, the head), so the body bytes one
+``feed`` returns all came in the read it was given, and carry that read's stamp.
+
+h11's errors become httpx's (RemoteProtocolError for a malformed response or one the server
+ended early, LocalProtocolError for a request h11 will not write), so the transport raises
+only httpx exceptions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import h11
+import httpx
 
-_HEX_DIGITS = b"0123456789abcdefABCDEF"
-_MAX_LINE = 8 * 1024
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResponseHead:
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    keep_alive: bool  # the server allows another request on this connection
-    chunked: bool
-    content_length: int | None
+# The longest head (or chunk-size or trailer line) h11 waits for before refusing the response.
+_MAX_HEAD = 64 * 1024
+_DATA, _RESPONSE, _END, _INFORMATIONAL = h11.Data, h11.Response, h11.EndOfMessage, h11.InformationalResponse
 
 
-def parse_head(raw: bytes) -> ResponseHead:
-    """The status line and header fields, without the blank line that ends them."""
-    lines = raw.split(b"\r\n")
-    version, _, rest = lines[0].partition(b" ")
-    code = rest[:3]
-    if not version.startswith(b"HTTP/1.") or len(code) != 3 or not code.isdigit():
-        raise ValueError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
-    headers: list[tuple[bytes, bytes]] = []
-    connection_tokens: set[bytes] = set()
-    chunked, content_length = False, None
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip():
-            raise ValueError(f"malformed header line: {line[:80]!r}")
-        value = value.strip()
-        headers.append((name, value))
-        lower = name.lower()
-        if lower == b"transfer-encoding":
-            chunked = value.lower().rsplit(b",", 1)[-1].strip() == b"chunked"
-        elif lower == b"content-length":
-            if not value.isdigit() or (content_length is not None and int(value) != content_length):
-                raise ValueError(f"bad Content-Length: {value[:40]!r}")
-            content_length = int(value)
-        elif lower == b"connection":
-            connection_tokens.update(token.strip().lower() for token in value.split(b","))
-    # HTTP/1.1 keeps the connection unless told otherwise; HTTP/1.0 only when asked to.
-    keep_alive = b"keep-alive" in connection_tokens if version == b"HTTP/1.0" else b"close" not in connection_tokens
-    return ResponseHead(
-        status=int(code), headers=headers, keep_alive=keep_alive, chunked=chunked, content_length=content_length
-    )
+class Exchange:
+    """One request and its response on a connection, framed by h11."""
 
-
-class BodyDecoder:
-    """A body of known length (Content-Length, or none at all): ``feed`` returns the payload in it."""
-
-    __slots__ = ("done", "remaining", "surplus")
-
-    def __init__(self, length: int = 0) -> None:
-        self.remaining = length
-        self.done = length == 0
-        self.surplus = False  # bytes came after the end of the body
-
-    def feed(self, data: bytes) -> bytes:
-        if self.done:
-            self.surplus = self.surplus or bool(data)
-            return b""
-        piece = data[: self.remaining]
-        self.remaining -= len(piece)
-        if self.remaining == 0:
-            self.done = True
-            self.surplus = len(data) > len(piece)
-        return piece
-
-    def finish_at_close(self) -> bool:
-        """Whether the server closing the connection ends the body (rather than truncating it)."""
-        return False
-
-
-class CloseDelimitedBody(BodyDecoder):
-    """No length and not chunked: the body runs until the server closes the connection."""
-
-    __slots__ = ()
+    __slots__ = ("_h11", "done", "response")
 
     def __init__(self) -> None:
-        super().__init__(1)
+        self._h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
+        self.response: h11.Response | None = None  # the final (non-1xx) head, once it has come
+        self.done = False  # the whole response has been read
+
+    def request_bytes(self, request: httpx.Request, body: bytes) -> bytes:
+        """The request head and body; the body is whole, so Content-Length replaces any chunked framing."""
+        headers = [
+            (name, value)
+            for name, value in request.headers.raw
+            if name.lower() not in (b"content-length", b"transfer-encoding")
+        ]
+        if body or request.method in ("POST", "PUT", "PATCH"):
+            headers.append((b"Content-Length", b"%d" % len(body)))
+        send = self._h11.send
+        try:
+            head = send(h11.Request(method=request.method, target=request.url.raw_path, headers=headers))
+            return head + (send(h11.Data(data=body)) if body else b"") + send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            raise httpx.LocalProtocolError(f"cannot send this request: {exc}", request=request) from None
 
     def feed(self, data: bytes) -> bytes:
-        return data
+        """The body bytes in this read (once the head is in ``response``); raises httpx.RemoteProtocolError."""
+        self._h11.receive_data(data)
+        try:
+            return self._drain()
+        except h11.RemoteProtocolError as exc:
+            raise httpx.RemoteProtocolError(f"malformed response: {exc}") from None
 
-    def finish_at_close(self) -> bool:
-        self.done = True
-        return True
+    def feed_end(self) -> None:
+        """The server closed the connection: the end of a close-delimited body, else an error."""
+        self._h11.receive_data(b"")
+        try:
+            self._drain()
+        except h11.RemoteProtocolError as exc:
+            raise httpx.RemoteProtocolError(f"peer closed the connection mid-response ({exc})") from None
+        if not self.done:
+            raise httpx.RemoteProtocolError("peer closed the connection mid-response")
 
+    def _drain(self) -> bytes:
+        """Every event h11 can make of what it holds; the body bytes among them."""
+        next_event = self._h11.next_event
+        parts = []
+        while True:
+            event = next_event()
+            kind = type(event)
+            if kind is _DATA:
+                parts.append(event.data)  # type: ignore[union-attr]
+            elif kind is _RESPONSE:
+                self.response = event  # type: ignore[assignment]
+            elif kind is _END:
+                self.done = True
+                break
+            elif kind is not _INFORMATIONAL:  # NEED_DATA, or PAUSED by bytes after the response
+                break
+        return b"".join(parts)
 
-_SIZE, _DATA, _DATA_END, _TRAILER = range(4)
-
-
-class ChunkedBody(BodyDecoder):
-    """Transfer-Encoding: chunked, decoded incrementally (chunk extensions and trailers skipped)."""
-
-    __slots__ = ("_pending", "_state")
-
-    def __init__(self) -> None:
-        super().__init__(1)
-        self.remaining = 0
-        self._state = _SIZE
-        self._pending = b""  # an incomplete size or trailer line, or part of a chunk's CRLF
-
-    def feed(self, data: bytes) -> bytes:
-        if self.done:
-            return super().feed(data)
-        buffer = self._pending + data if self._pending else data
-        self._pending = b""
-        parts: list[bytes] = []
-        position, size = 0, len(buffer)
-        while position < size:
-            state = self._state
-            if state == _DATA:
-                end = min(position + self.remaining, size)
-                parts.append(buffer[position:end])
-                self.remaining -= end - position
-                position = end
-                if self.remaining == 0:
-                    self._state = _DATA_END
-            elif state == _DATA_END:
-                if size - position < 2:
-                    self._pending = buffer[position:]
-                    break
-                if buffer[position : position + 2] != b"\r\n":
-                    raise ValueError("chunk data not followed by CRLF")
-                position += 2
-                self._state = _SIZE
-            else:
-                end = buffer.find(b"\r\n", position)
-                if end < 0:
-                    if size - position > _MAX_LINE:
-                        raise ValueError("chunk size or trailer line too long")
-                    self._pending = buffer[position:]
-                    break
-                line = buffer[position:end]
-                position = end + 2
-                if state == _TRAILER:
-                    if not line:
-                        self.done = True
-                        self.surplus = position < size
-                        break
-                    continue
-                digits = line.split(b";", 1)[0].strip()
-                if not digits or digits.strip(_HEX_DIGITS) or len(digits) > 16:
-                    raise ValueError(f"bad chunk size line {line[:40]!r}")
-                self.remaining = int(digits, 16)
-                self._state = _DATA if self.remaining else _TRAILER
-        if not parts:
-            return b""
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def body_decoder(head: ResponseHead, method: str) -> BodyDecoder:
-    """How the body of this response is framed (RFC 9112 section 6.3)."""
-    if method == "HEAD" or head.status in (204, 304) or 100 <= head.status < 200:
-        return BodyDecoder(0)
-    if head.chunked:
-        return ChunkedBody()
-    if head.content_length is not None:
-        return BodyDecoder(head.content_length)
-    return CloseDelimitedBody()
+    @property
+    def reusable(self) -> bool:
+        """Whether the connection can carry another request: h11 says both sides are done, nothing came after."""
+        connection = self._h11
+        return (
+            connection.our_state is h11.DONE
+            and connection.their_state is h11.DONE
+            and connection.trailing_data == (b"", False)
+        )

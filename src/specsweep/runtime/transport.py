@@ -3,9 +3,9 @@
 The measuring client is written against httpx (its API, its exceptions, ``MockTransport`` in
 tests); this transport only changes who reads the wire, and when the bytes are said to have
 arrived. A server step writes a chunk to every stream at once, and one Python event loop
-spends 70-90 us of CPU per chunk, so with 64 streams the last socket of a burst is read 5-15
-ms after its data came in: any time the process takes itself (in a protocol callback, or
-when a task reads) carries that queueing. The kernel's receive timestamp does not
+spends 30-90 us of CPU per chunk (docs/measure.md), so with 64 streams the last socket of a
+burst is read milliseconds after its data came in: any time the process takes itself (in a
+protocol callback, or when a task reads) carries that queueing. The kernel's receive timestamp does not
 (``runtime/kernel_stamps.py``, which also says what the stamp of a TCP read means).
 
 Each connection (``runtime/connection.py``) is a non-blocking socket with ``SO_TIMESTAMPNS``
@@ -16,14 +16,16 @@ the arrival of any byte of it. ``stamps="socket"`` takes ``perf_counter`` in tha
 instead and ``stamps="read"`` leaves the time to the reader (``bench/client_overhead.py``
 compares the three). Without kernel stamps (not Linux) the callback's time is used.
 
-The HTTP/1.1 (``runtime/http1.py``) is the minimum a streaming client needs: status line and
-headers, chunked, Content-Length or close-delimited bodies, keep-alive with a check before
-reuse that the server has not closed the idle connection (llama.cpp closes after every
+h11 frames each request and response (``runtime/http1.py``): it is given the reads one at a
+time, so the body bytes it hands back keep the stamp of the read they came in. h11 decides
+whether a connection may carry another request; this transport keeps the idle ones and checks
+before reuse that the server has not closed one meanwhile (llama.cpp closes after every
 streamed response; a close that races the next request is left to the client's retry). No
 proxies or HTTP/2; httpx decodes any Content-Encoding above. Failures surface as httpx exceptions:
 ConnectError/ConnectTimeout (TLS verification included), RemoteProtocolError when the server
 closes before or in the middle of a response or sends a malformed one, ReadError,
-ReadTimeout and WriteTimeout (``timeout_s``, each wait), UnsupportedProtocol.
+ReadTimeout and WriteTimeout (``timeout_s``, each wait), LocalProtocolError for a request h11
+will not write, UnsupportedProtocol.
 """
 
 from __future__ import annotations
@@ -34,16 +36,17 @@ import time
 from collections.abc import AsyncIterator
 from typing import Literal
 
+import h11
 import httpx
 
 from specsweep.runtime.connection import Connection, open_connection
-from specsweep.runtime.http1 import BodyDecoder, ResponseHead, body_decoder, parse_head
+from specsweep.runtime.http1 import Exchange
 
 # The response extension that carries an ArrivalTimes for the body being read.
 ARRIVALS = "specsweep.arrivals"
 Stamps = Literal["kernel", "socket", "read"]
+_Reads = list[tuple[bytes, float]]  # (bytes, arrival) per read, as a connection takes them
 
-_MAX_HEAD = 64 * 1024
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -66,20 +69,32 @@ class ArrivalTimes:
 
 class _ResponseStream(httpx.AsyncByteStream):
     def __init__(
-        self, transport: Http1Transport, connection: Connection, decoder: BodyDecoder, keep_alive: bool,
+        self, transport: Http1Transport, connection: Connection, exchange: Exchange, early: _Reads,
         arrivals: ArrivalTimes,
     ) -> None:  # fmt: skip
         self._transport = transport
         self._connection = connection
-        self._decoder = decoder
-        self._keep_alive = keep_alive
+        self._exchange = exchange
+        self._early = early  # body bytes that came with the head, with their stamps
         self._times = arrivals
         self._closed = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        decoder, connection, times = self._decoder, self._connection, self._times
+        exchange, connection, times = self._exchange, self._connection, self._times
         timeout_s = self._transport.timeout_s
-        while not decoder.done:
+        pieces, self._early = self._early, []
+        while True:
+            if pieces:
+                segments = times._segments
+                segments.clear()
+                total = 0
+                for piece, stamp in pieces:
+                    total += len(piece)
+                    segments.append((total, stamp))
+                times._read_at = time.perf_counter()
+                yield pieces[0][0] if len(pieces) == 1 else b"".join(piece for piece, _ in pieces)
+            if exchange.done:
+                return
             try:
                 reads = await connection.take(timeout_s)
             except TimeoutError:
@@ -87,33 +102,14 @@ class _ResponseStream(httpx.AsyncByteStream):
             except OSError as exc:
                 raise httpx.ReadError(str(exc) or type(exc).__name__) from None
             if not reads:
-                if decoder.finish_at_close():
-                    break
-                raise httpx.RemoteProtocolError("peer closed the connection mid-response")
-            parts: list[bytes] = []
-            segments = times._segments
-            segments.clear()
-            total = 0
-            for data, stamp in reads:
-                try:
-                    piece = decoder.feed(data)
-                except ValueError as exc:
-                    raise httpx.RemoteProtocolError(f"malformed response body: {exc}") from None
-                if piece:
-                    parts.append(piece)
-                    total += len(piece)
-                    segments.append((total, stamp))
-            times._read_at = time.perf_counter()
-            if parts:
-                yield parts[0] if len(parts) == 1 else b"".join(parts)
+                exchange.feed_end()
+            pieces = [(piece, stamp) for data, stamp in reads if (piece := exchange.feed(data))]
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
-        decoder = self._decoder
-        reusable = self._keep_alive and decoder.done and not decoder.surplus
-        self._transport._give_back(self._connection, reusable)
+        self._transport._give_back(self._connection, self._exchange.reusable)
 
 
 class Http1Transport(httpx.AsyncBaseTransport):
@@ -138,22 +134,23 @@ class Http1Transport(httpx.AsyncBaseTransport):
         scheme = request.url.scheme
         if scheme not in _DEFAULT_PORTS:
             raise httpx.UnsupportedProtocol(f"{scheme!r} URLs are not supported", request=request)
-        body = await request.aread()
+        exchange = Exchange()
+        data = exchange.request_bytes(request, await request.aread())
         key = (scheme, request.url.host, request.url.port or _DEFAULT_PORTS[scheme])
         connection = self._idle_connection(key) or await self._connect(key, request)
         try:
-            await self._send(connection, _request_bytes(request, body), request)
-            head, keep_alive = await self._read_head(connection, request)
+            await self._send(connection, data, request)
+            head, early = await self._read_head(connection, exchange, request)
         except BaseException:
             self._give_back(connection, reusable=False)
             raise
         arrivals = ArrivalTimes()
-        decoder = body_decoder(head, request.method)
-        stream = _ResponseStream(self, connection, decoder, keep_alive, arrivals)
+        stream = _ResponseStream(self, connection, exchange, early, arrivals)
         extensions = {} if self.stamps == "read" else {ARRIVALS: arrivals}
         return httpx.Response(
-            status_code=head.status, headers=head.headers, stream=stream, request=request, extensions=extensions
-        )
+            status_code=head.status_code, headers=head.headers.raw_items(), stream=stream, request=request,
+            extensions=extensions,
+        )  # fmt: skip
 
     def _idle_connection(self, key: tuple[str, str, int]) -> Connection | None:
         idle = self._idle.get(key)
@@ -193,42 +190,24 @@ class Http1Transport(httpx.AsyncBaseTransport):
                 f"Server disconnected without sending a response ({exc})", request=request
             ) from None
 
-    async def _read_head(self, connection: Connection, request: httpx.Request) -> tuple[ResponseHead, bool]:
-        """The final (non-1xx) response head; body bytes read with it go back to the connection."""
-        reads: list[tuple[bytes, float]] = []
-        while True:
-            raw = b"".join(data for data, _ in reads)
-            end = raw.find(b"\r\n\r\n")
-            if end < 0:
-                if len(raw) > _MAX_HEAD:
-                    raise httpx.RemoteProtocolError("response head too large", request=request)
-                try:
-                    more = await connection.take(self.timeout_s)
-                except TimeoutError:
-                    raise httpx.ReadTimeout("timed out waiting for the response", request=request) from None
-                except OSError as exc:
-                    raise httpx.RemoteProtocolError(
-                        f"Server disconnected without sending a response ({exc})", request=request
-                    ) from None
-                if not more:
-                    raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
-                reads += more
-                continue
+    async def _read_head(
+        self, connection: Connection, exchange: Exchange, request: httpx.Request
+    ) -> tuple[h11.Response, _Reads]:
+        """The final (non-1xx) response head, and the body bytes read with it, with their stamps."""
+        early: _Reads = []
+        while exchange.response is None:
             try:
-                head = parse_head(raw[:end])
-            except ValueError as exc:
-                raise httpx.RemoteProtocolError(f"malformed response head: {exc}", request=request) from None
-            cut, offset, rest = end + 4, 0, []
-            for data, stamp in reads:
-                if offset + len(data) > cut:
-                    rest.append((data[max(cut - offset, 0) :], stamp))
-                offset += len(data)
-            if 100 <= head.status < 200:
-                reads = rest  # informational (100 Continue): the real head follows
-                continue
-            connection.unread(rest)
-            asked_close = request.headers.get("connection", "").lower() == "close"
-            return head, head.keep_alive and not asked_close
+                reads = await connection.take(self.timeout_s)
+            except TimeoutError:
+                raise httpx.ReadTimeout("timed out waiting for the response", request=request) from None
+            except OSError as exc:
+                raise httpx.RemoteProtocolError(
+                    f"Server disconnected without sending a response ({exc})", request=request
+                ) from None
+            if not reads:
+                raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+            early += [(piece, stamp) for data, stamp in reads if (piece := exchange.feed(data))]
+        return exchange.response, early
 
     def _give_back(self, connection: Connection, reusable: bool) -> None:
         if reusable and connection.release() and connection in self._open:
@@ -242,15 +221,3 @@ class Http1Transport(httpx.AsyncBaseTransport):
             connection.close()
         self._open.clear()
         self._idle.clear()
-
-
-def _request_bytes(request: httpx.Request, body: bytes) -> bytes:
-    """The request head and body; the body is whole, so Content-Length replaces any chunked framing."""
-    lines = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), request.url.raw_path)]
-    for name, value in request.headers.raw:
-        if name.lower() not in (b"content-length", b"transfer-encoding"):
-            lines.append(b"%s: %s\r\n" % (name, value))
-    if body or request.method in ("POST", "PUT", "PATCH"):
-        lines.append(b"Content-Length: %d\r\n" % len(body))
-    lines.append(b"\r\n")
-    return b"".join(lines) + body
