@@ -124,7 +124,6 @@ def test_boot_failures_fail_the_trial_and_the_study_goes_on(tmp_path: Path) -> N
     runner = StudyRunner(config, study_paths(config, tmp_path), on_event=events.append)
     outcome = runner.run()
     assert any(isinstance(e, Note) and "temperature is 0" in e.text for e in events)
-    states = {t.user_attrs["key"]: t for t in outcome.study.trials}
     failed = [t for t in outcome.study.trials if t.state == optuna.trial.TrialState.FAIL]
     assert len(failed) == 1 and "OutOfMemoryError" in failed[0].user_attrs["fail_reason"]
     assert json.loads(failed[0].user_attrs["spec"])["num_speculative_tokens"] == 4
