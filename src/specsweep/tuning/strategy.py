@@ -300,7 +300,10 @@ def _follow_up(
     for rec in analysis.recommendations:
         if not _tie_matters(rec):
             continue
-        pair = [c for c in (rec.choice, *rec.tied[:1]) if by_candidate.get(c) is not None]
+        # the runner-up to separate from the choice: the first tied candidate that was measured (an
+        # unmeasured one is the upper-bound phase's business), as the stop's tie lines name it
+        measured = [c for c in rec.tied if by_candidate.get(c) is not None and by_candidate[c].key in starts]
+        pair = [c for c in (rec.choice, *measured[:1]) if by_candidate.get(c) is not None]
         if len(pair) < 2 or rec.workload not in noise:
             continue
         keys = [by_candidate[c].key for c in pair]
@@ -310,7 +313,7 @@ def _follow_up(
         return (
             by_candidate[fewer],
             "separate",
-            f"{rec.choice.short_label} and {rec.tied[0].short_label} are tied for "
+            f"{rec.choice.short_label} and {pair[1].short_label} are tied for "
             f"{_cell((rec.workload, rec.concurrency))}: measuring {fewer.short_label} again "
             f"(start {starts[by_candidate[fewer].key] + 1} of at most {MAX_STARTS})",
             True,
@@ -346,9 +349,10 @@ def _ties(
         )
         run = noise.get(rec.workload)
         if run is not None:
+            starts = run.separating_starts(difference)
             line += (
-                f"; with run-to-run noise {100 * run.relative_sd:.1f}%, about {run.separating_starts(difference)} "
-                "server starts of each would separate a difference that size"
+                f"; with run-to-run noise {100 * run.relative_sd:.1f}%, about {starts} server "
+                f"start{'s' if starts > 1 else ''} of each would separate a difference that size"
             )
         out.append(line)
     return tuple(out)
