@@ -54,10 +54,10 @@ from specsweep.config import SearchSpace
 from specsweep.emulator.model import compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import Profile, load_profile
 from specsweep.engines.vllm import validate_speculative_config
-from specsweep.tuning.records import read_trials, record_config, record_results
+from specsweep.tuning.records import decision_attrs, read_trials, record_config, record_results
 from specsweep.tuning.space import Space, build_space, config_key
 from specsweep.tuning.strategy import decide_next
-from specsweep.types import LevelFigures
+from specsweep.types import LevelFigures, StudySettings
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 HERE = Path(__file__).parent
@@ -177,20 +177,25 @@ def run_specsweep(case: Case, seed: int, args) -> tuple[int, list[str]]:
     rng = np.random.default_rng(seed)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=seed))
     grid = case.space.grid()
-    measured: dict[str, float] = {}
+    settings = StudySettings(
+        workload_weights={case.workload: 1.0},
+        concurrency_levels=(case.concurrency,),
+        objective_concurrency=case.concurrency,
+        k_range=(1, K_MAX),
+        baseline_key=None,
+    )
+    measured: dict[str, list[float]] = {}
     picks = []
     while True:
-        decision = decide_next(
-            read_trials(study), case.space, concurrency=case.concurrency, workloads={case.workload: 1.0}
-        )
+        decision = decide_next(read_trials(study), case.space, settings)
         if decision.params is None:
             break
-        study.enqueue_trial(decision.params)
+        study.enqueue_trial(decision.params, user_attrs=decision_attrs(decision.phase, repeat=decision.repeat))
         trial = study.ask()
         params = {name: trial.suggest_categorical(name, values) for name, values in grid.items()}
         key = config_key(case.space.config_from_params(params))
-        measured[key] = measure_into(study, trial, case, key, rng, args)
-        picks.append(max(measured, key=measured.__getitem__))
+        measured.setdefault(key, []).append(measure_into(study, trial, case, key, rng, args))
+        picks.append(max(measured, key=lambda k: statistics.fmean(measured[k])))  # repeats averaged
     return len(picks), picks
 
 
@@ -240,8 +245,8 @@ def run_tpe(case: Case, seed: int, args) -> tuple[int | None, int]:
         if key in measured:  # the same server: reused, no restart
             study.tell(trial, measured[key])
             continue
-        measured[key] = measure_into(study, trial, case, key, rng, args)
-        picks.append(max(measured, key=measured.__getitem__))
+        measured.setdefault(key, []).append(measure_into(study, trial, case, key, rng, args))
+        picks.append(max(measured, key=lambda k: statistics.fmean(measured[k])))  # repeats averaged
     return oracle_reach(case, picks), len(picks)
 
 
