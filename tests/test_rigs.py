@@ -206,6 +206,34 @@ def test_a_drafter_that_drafts_at_some_steps_only_carries_its_share_across_k() -
     assert best == 4 and result.recommendation.choice.num_speculative_tokens == best
 
 
+def test_a_rarely_drafting_level_measured_faster_than_off_predicts_no_negative_rate() -> None:
+    """A rig whose workload rarely drafted (5% of steps) and whose k = 3 level measured a step 15%
+    below speculation off's (noise, as on a loaded machine). Scaled to a workload drafting at 70%
+    of steps, that drafting cost must count as none, never as a negative step time (which made
+    `measure --rig` fail on a real llama-server)."""
+    from dataclasses import replace
+
+    from specsweep.analysis.fits import fit_acceptance
+
+    # the rig's prose drafts at 5% of steps; its k = 3 level measured a step 15% below off's
+    levels = [partial_drafter_level(k, 0.05, lambda i: 0.8**i, workload="prose") for k in range(6)]
+    e3 = levels[3].tokens_per_step
+    levels[3] = replace(levels[3], decode_span_s=0.85 * levels[0].decode_span_s / e3)
+    rig = fit_rig(levels, identity=IDENTITY, shape=SHAPE)
+    running = partial_drafter_level(5, 0.7, lambda i: 0.85**i, workload="technical")
+    steps = 50000.0
+    fit = fit_acceptance(num_drafts=steps, accepted_per_position=[0.7 * 0.85**i * steps for i in range(1, 6)], k_max=5)
+    timing = WorkloadTiming(
+        workload="technical", overhead_s={1: running.request_overhead_s}, completion_tokens={1: 128.0},
+        measured={1: (Candidate(drafter=NGRAM, num_speculative_tokens=5), running.output_tokens_per_s)},
+        draft_share={1: 0.7},
+    )  # fmt: skip
+    (result,) = recommend_with_rig(rig, {NGRAM: fit}, timing, k_max=5)
+    rates = {row.candidate.num_speculative_tokens: row.tokens_per_s for row in result.recommendation.candidates}
+    # at k = 3 the workload drafts with no drafting cost: its rate is off's, sped up by its acceptance
+    assert 0 < rates[0] < rates[3] <= rates[0] * (1 + 0.7 * sum(0.85**i for i in range(1, 4))) * 1.01
+
+
 # -- on the emulator, end to end -------------------------------------------------------------
 
 

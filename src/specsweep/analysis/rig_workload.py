@@ -125,7 +125,10 @@ def _shared_step(rig: Rig, lv: LevelTiming, timing: WorkloadTiming) -> tuple[flo
         return factor, lv.decode_step_time_s
     t_off = sum(off_steps) / len(off_steps)
     q_w = min(1.0, q_running * factor)
-    return factor, t_off + (lv.decode_step_time_s - t_off) * q_w / q_rig
+    # A drafting level measured faster per step than speculation off is noise (a drafter that
+    # rarely drafted, few requests): its drafting cost counts as none, not as a negative one that
+    # the scale-up to a workload that drafts more would turn into a negative step time.
+    return factor, t_off + max(lv.decode_step_time_s - t_off, 0.0) * q_w / q_rig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
