@@ -30,7 +30,7 @@ from specsweep.analysis.recommendation import Recommendation, recommend_draft_le
 from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
 from specsweep.analysis.throughput import ThroughputModel, ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
-from specsweep.types import LevelFigures, MeasuredConfig, SpeculativeConfig
+from specsweep.types import LevelFigures, MeasuredConfig, SpeculativeConfig, StudySettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,6 +196,24 @@ def analyze_study(
         recommendations=tuple(recommendations),
         snippets=tuple(snippets),
         notes=tuple(notes),
+    )
+
+
+def analyze_with_settings(
+    configs: Sequence[MeasuredConfig], settings: StudySettings, *, seed: int = 0
+) -> StudyAnalysis:
+    """:func:`analyze_study` of a study's measured configurations as its settings ask: the search
+    decides on, and the report draws, this one analysis."""
+    return analyze_study(
+        configs,
+        workloads=settings.workloads,
+        concurrency_levels=settings.concurrency_levels,
+        objective_concurrency=settings.objective_concurrency,
+        k_min=settings.k_range[0] if settings.k_range else 1,
+        k_max=settings.k_max,
+        baseline=settings.baseline,
+        max_num_seqs=settings.max_num_seqs,
+        seed=seed,
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import optuna
 
-from specsweep.analysis.study import StudyAnalysis, analyze_study, measured_rates
+from specsweep.analysis.study import StudyAnalysis, analyze_with_settings, measured_rates
 from specsweep.errors import ConfigError
 from specsweep.tuning.records import measured_configs
 from specsweep.tuning.space import OFF_KEY
@@ -85,17 +85,7 @@ def analyze_stored_study(
     """Fit, model and recommend from what the study stored (``configs`` and ``settings``: read already)."""
     configs = configs if configs is not None else measured_configs(study)
     settings = settings if settings is not None else read_study_settings(study, configs)
-    analysis = analyze_study(
-        configs,
-        workloads=settings.workloads,
-        concurrency_levels=settings.concurrency_levels,
-        objective_concurrency=settings.objective_concurrency,
-        k_min=settings.k_range[0] if settings.k_range else 1,
-        k_max=settings.k_max,
-        baseline=settings.baseline,
-        max_num_seqs=settings.max_num_seqs,
-        seed=seed,
-    )
+    analysis = analyze_with_settings(configs, settings, seed=seed)
     return StoredAnalysis(analysis=analysis, configs=configs, settings=settings)
 
 

@@ -36,7 +36,7 @@ from specsweep.analysis.recommendation import Recommendation
 from specsweep.analysis.study import (
     StudyAnalysis,
     WorkloadModel,
-    analyze_study,
+    analyze_with_settings,
     measured_rates,
     model_workload,
     study_k_max,
@@ -261,15 +261,7 @@ def _potentials(
 
 def _analysis(configs: Sequence[MeasuredConfig], settings: StudySettings) -> StudyAnalysis | None:
     try:
-        return analyze_study(
-            configs,
-            workloads=settings.workloads,
-            concurrency_levels=settings.concurrency_levels,
-            objective_concurrency=settings.objective_concurrency,
-            k_min=settings.k_range[0] if settings.k_range else 1,
-            k_max=settings.k_max,
-            max_num_seqs=settings.max_num_seqs,
-        )
+        return analyze_with_settings(configs, settings)
     except FitError:
         return None
 
