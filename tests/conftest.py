@@ -110,7 +110,10 @@ class RealEngines:
 
 def _cached_env(names: tuple[str, ...]) -> dict[str, str] | None:
     """Values from the environment, else from the file scripts/setup-real-engines writes; None if
-    any is missing or names a path that does not exist."""
+    any is missing or names a path that does not exist. With SPECSWEEP_SKIP_REAL_ENGINES=1 (the
+    quick suite) real engines are skipped even where a cache from an earlier build exists."""
+    if os.environ.get("SPECSWEEP_SKIP_REAL_ENGINES") == "1":
+        pytest.skip("SPECSWEEP_SKIP_REAL_ENGINES=1: the quick suite runs no real engine")
     values = {name: os.environ.get(name) for name in names}
     env_file = Path(os.environ.get("SPECSWEEP_CACHE", Path.home() / ".cache" / "specsweep")) / "real-engines.env"
     if not all(values.values()) and env_file.is_file():
