@@ -83,8 +83,9 @@ def test_a_one_class_window_has_that_class_truth() -> None:
         window = TrafficWindow(duration_s=60, streams=streams, mix={"technical": 1.0})
         prompts = {"technical": workload_prompt_tokens("technical"), "prose": workload_prompt_tokens("prose")}
         truth = compute_truth(profile, spec(3), 0.6, [streams], prompt_tokens=prompts)["technical"]
+        # the bundled prompts' mean length carries a random nonce: a token either way between calls
         assert window_tokens_per_s(profile, schedule, window, spec(3)) == pytest.approx(
-            truth.levels[0].output_tokens_per_s
+            truth.levels[0].output_tokens_per_s, rel=1e-3
         )
 
 

@@ -46,6 +46,7 @@ class EngineStats:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
+    drafts_by_class: dict[str, int] = field(default_factory=dict)  # the emulator's own: which text each draft was on
     generation_tokens: int = 0
     prompt_tokens: int = 0
     requests_finished: dict[str, int] = field(default_factory=dict)
@@ -225,6 +226,7 @@ class Engine:
                 accepted = bisect.bisect_right(cumulative, self._rng.random())
                 accepted = min(accepted, k)
                 stats.num_drafts += 1
+                stats.drafts_by_class[seq.content_class] = stats.drafts_by_class.get(seq.content_class, 0) + 1
                 stats.num_draft_tokens += k
                 stats.num_accepted_tokens += accepted
                 per_pos = stats.accepted_per_pos

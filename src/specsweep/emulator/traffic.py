@@ -176,13 +176,21 @@ def check_schedule(schedule: TrafficSchedule, profile: Profile) -> None:
 
 
 def mix_per_position(
-    profile: Profile, spec: SpeculativeConfig | None, temperature: float, mix: Mapping[str, float]
+    profile: Profile,
+    spec: SpeculativeConfig | None,
+    temperature: float,
+    mix: Mapping[str, float],
+    *,
+    by: str = "requests",
 ) -> list[float]:
-    """S_1..S_k of a mix of classes: each class's S_i weighted by its share of decode steps."""
+    """S_1..S_k of a mix of classes: each class's S_i weighted by its share of decode steps.
+
+    ``mix`` gives shares of requests (``by="requests"``), or of steps already (``by="steps"``)."""
     if spec is None or not spec.num_speculative_tokens:
         return []
     curves = {name: acceptance_curve(profile, name, spec, temperature) for name in mix}
-    steps = {name: share / (1.0 + sum(curves[name])) for name, share in mix.items()}
+    per_request = {name: share / (1.0 + sum(curves[name])) for name, share in mix.items()}
+    steps = dict(mix) if by == "steps" else per_request
     total = sum(steps.values())
     k = spec.num_speculative_tokens
     return [sum(steps[name] * curves[name][i] for name in mix) / total for i in range(k)]
