@@ -54,3 +54,18 @@ def served_mix_from_prometheus(url: str, start: float, end: float) -> dict[str, 
 
     before, after = drafts(start), drafts(end)
     return request_mix({name: after[name] - before.get(name, 0.0) for name in after})
+
+
+FAMILY_Z = 3.3  # two-sided 99% for ten comparisons at once (Bonferroni): five positions in two windows
+
+
+def assert_acceptance_matches(positions: list[dict], truth: list[float], *, context: object = "") -> None:
+    """Measured S_i against the truth: every point within 0.02, and within FAMILY_Z standard errors
+    (read from its 95% interval). Pointwise 95% intervals miss now and then, and the positions of
+    one window miss together (a step that accepts at position 5 accepted at 2 too), so one
+    window's five are checked as a family."""
+    measured = positions[: len(truth)]
+    assert [p["source"] for p in measured] == ["measured"] * len(truth), context
+    for p, s in zip(measured, truth, strict=True):
+        se = (p["high"] - p["low"]) / (2 * 1.96)
+        assert abs(p["S"] - s) <= min(0.02, FAMILY_Z * se), (context, measured, truth)

@@ -192,6 +192,8 @@ def _live(endpoint, settings_for, *, engine, interval_s, duration_s, json_lines,
     if result is None:
         raise ConfigError("watch stopped before two reads of /metrics: nothing to report.")
     chosen_format = fmt or snippet_format_for(result.engine)
+    if json_lines:  # the windows as they closed and the span: what the Prometheus mode ends with too
+        sys.stdout.write(json.dumps({"kind": "span", **watch_json(result, chosen_format)}) + "\n")
     print_watch(out, result, chosen_format, source=endpoint, unchecked=unchecked)
     if report is not None:
         files = write_watch_report(result, report, source=endpoint, fmt=chosen_format)
