@@ -17,6 +17,7 @@ import pytest
 from specsweep.emulator.model import acceptance_curve
 from specsweep.emulator.profile import load_profile
 from specsweep.emulator.traffic import load_schedule
+from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
 from specsweep.tuning.rig_file import write_rig
 
 from .builders import exact_rig
@@ -147,3 +148,55 @@ def test_live_watch_errors_are_one_line(tmp_path, rig_path) -> None:
         assert message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
         if "--interval" not in args:  # a flag's value checked while parsing gets typer's usage box
             assert result.returncode == 1 and result.stderr.count("\n") == 1, (args, result.stderr)
+
+
+STEADY = 'name = "steady"\n[[window]]\nduration_s = 3600\nstreams = 1\nmix = { technical = 1.0 }\n'
+
+
+@pytest.mark.slow
+def test_live_watch_goes_on_through_a_server_restart(tmp_path) -> None:
+    """The server restarts on the same port while watch polls: the missed reads are skipped, the
+    counters count from zero after it (one restart said), and the acceptance is still the truth."""
+    path = tmp_path / "steady.toml"
+    path.write_text(STEADY)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    def emulator(seed: int) -> ServerProcess:
+        argv = emulator_argv(
+            port=port, speculative_config=json.dumps(RUNNING), profile=PROFILE, time_scale=SCALE, seed=seed,
+            extra=["--startup-seconds", "0", "--traffic", str(path)],
+        )  # fmt: skip
+        server = ServerProcess(argv, log_path=tmp_path / f"emulator-{seed}.log")
+        server.start()
+        server.wait_ready(url + "/health", timeout_s=60)
+        return server
+
+    first = emulator(0)
+    command = [sys.executable, "-m", "specsweep", "watch", "--endpoint", url, "--interval", "0.25s",
+               "--duration", "10s", "--window", "1h", "--json"]  # fmt: skip
+    watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    second = None
+    try:
+        time.sleep(5.0)
+        first.stop(grace_s=5)
+        second = emulator(1)
+        out, err = watcher.communicate(timeout=120)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+        first.stop(grace_s=5)
+        if second is not None:
+            second.stop(grace_s=5)
+    assert watcher.returncode == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    intervals, span = lines[:-1], lines[-1]
+    assert sum(line["resets"] for line in intervals) == 1
+    assert all(value >= 0 for line in intervals for value in line["growth"].values())
+    assert any("restarted from zero 1 time(s)" in note for note in span["notes"])
+    curve = acceptance_curve(load_profile(PROFILE), "technical", spec(5), TEMPERATURE)
+    assert_acceptance_matches(span["span"]["acceptance"]["per_position"], curve)
+    truth = true_rates(load_schedule(path), load_schedule(path).window[0])
+    # the span covers the restart's gap too: its rate is the truth's less the time nothing was served
+    served = span["span"]["generation_tokens_per_s"]
+    assert 0.5 * truth[5] < served < 1.02 * truth[5]
