@@ -34,16 +34,17 @@ from .watch_truth import (
 )
 
 SCALE = 100.0
-# Five idle modelled minutes while Prometheus starts scraping (its discovery takes up to 5 s), then
-# two windows of ten: a prose-heavy single stream, then technical at four streams. The truth:
-# k=3 (2.2% ahead of k=2), then k=1 (5.5% ahead of k=2).
-LEAD_S = 300 / SCALE
+# Ten idle wall seconds (1000 modelled) while Prometheus starts scraping (its discovery hands it the
+# targets up to 5 s after it starts, later on a busy machine), then two windows of ten modelled
+# minutes: a prose-heavy single stream, then technical at four streams. The truth: k=3 (2.2%
+# ahead of k=2), then k=1 (5.5% ahead of k=2).
+LEAD_S = 1000 / SCALE
 SCHEDULE = """name = "two"
 max_tokens = 600
 repeat = false
 [[window]]
 name = "idle"
-duration_s = 300
+duration_s = 1000
 streams = 0
 [[window]]
 name = "prose alone"
