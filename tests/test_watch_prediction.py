@@ -108,3 +108,20 @@ def test_windows_that_want_different_k_are_said_and_the_figures_carry_them(rig, 
     assert "Acceptance per window" in text and "--speculative-config" in text
     assert all(p.stat().st_size > 5_000 for p in files.figures)
     assert json.loads(files.results.read_text())["changes"] == list(report.changes)
+
+
+def test_the_live_view_shows_the_last_windows_the_span_and_the_paste(rig) -> None:
+    from rich.console import Console
+
+    from specsweep.cli.printers import watch_view
+
+    settings = WatchSettings(names=NAMES, rig=rig, drafter=rig.drafters[0], window_s=5.0)
+    snapshots = served([1] * 10 + [4] * 10)
+    report = analyse_windows(intervals_from_snapshots(snapshots, NAMES), settings, start=0.0, end=20.0)
+    console = Console(record=True, width=400)
+    console.print(watch_view(report, "vllm", source="http://server:8000"))
+    text = console.export_text()
+    assert "window 1" not in text and all(f"window {n}" in text for n in (2, 3, 4))  # the last three
+    assert "the recommendation changes with the traffic" in text
+    assert "recommended k=2" in text and "recommended k=1" in text
+    assert "paste:" in text and '"num_speculative_tokens_per_batch_size":[[1,2,2],[3,1024,1]]' in text
