@@ -71,3 +71,57 @@ def write_study(path: Path, data: dict[str, Any]) -> Path:
     """Write a study's tables as a TOML study file."""
     path.write_text(tomli_w.dumps(data), encoding="utf-8")
     return path
+
+
+def exact_rig(
+    profile_name: str,
+    method: str,
+    *,
+    k_max: int,
+    levels: Sequence[int] = (1, 4),
+    requests: int = 12,
+    fields: dict[str, Any] | None = None,
+):
+    """A rig whose step times and request overheads are the emulator model's own (its truth for
+    prose requests of 600 tokens), so a test of what watch recommends has only the counters'
+    and gauges' sampling noise between it and the truth. ``fields``: other spec-config fields
+    of the drafter (``model`` for eagle3)."""
+    from specsweep.analysis.drafters import drafter_of
+    from specsweep.analysis.rig import LevelTiming, RequestShape, RigIdentity, fit_rig
+    from specsweep.emulator.model import compute_truth, step_time_s, workload_prompt_tokens
+    from specsweep.emulator.profile import load_profile
+    from specsweep.engines.vllm import validate_speculative_config
+
+    profile = load_profile(profile_name)
+    first = {**(fields or {}), "method": method, "num_speculative_tokens": 1, "draft_sample_method": "probabilistic"}
+    drafter = drafter_of(validate_speculative_config(first))
+    temperature = profile.reference_temperature
+    prompts = {name: workload_prompt_tokens(name) for name in profile.classes}
+    out = []
+    for concurrency in levels:
+        for k in range(0, k_max + 1):
+            asked = {
+                **(fields or {}),
+                "method": method,
+                "num_speculative_tokens": k,
+                "draft_sample_method": "probabilistic",
+            }
+            spec = validate_speculative_config(asked) if k else None
+            truth = compute_truth(profile, spec, temperature, [concurrency], prompt_tokens=prompts)["prose"]
+            per_step = 1.0 + sum(truth.per_position[:k]) if k else 1.0
+            step = step_time_s(profile, spec, k, min(concurrency, profile.max_num_seqs))
+            out.append(
+                LevelTiming(
+                    num_speculative_tokens=k, concurrency=concurrency, drafter=drafter if k else None,
+                    output_tokens_per_s=truth.levels[0].output_tokens_per_s, tokens_per_step=per_step,
+                    completion_tokens=600.0, decode_span_s=599.0 * step / per_step,
+                    prompt_tokens=float(prompts["prose"]), requests=requests, workload="prose",
+                )
+            )  # fmt: skip
+    identity = RigIdentity(
+        engine="emulator", engine_version=profile.version, model=profile.served_model_name,
+        server_args=("specsweep", "emulate", "--profile", profile_name),
+    )  # fmt: skip
+    prose = {"prompt_tokens": float(prompts["prose"]), "completion_tokens": 600.0}
+    shape = RequestShape(api="chat", temperature=temperature, max_tokens=600, workloads={"prose": prose})
+    return fit_rig(out, identity=identity, shape=shape)

@@ -55,7 +55,7 @@ def counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, names: Counte
     positions: dict[int, float] = {}
     for snapshot, sign in ((after, 1.0), (before, -1.0)):
         for labels, value in snapshot.values(per_pos_name):
-            position = _position(labels.get("position", "0"), per_pos_name)
+            position = position_label(labels.get("position", "0"), per_pos_name)
             positions[position] = positions.get(position, 0.0) + sign * value
     per_position = tuple(positions[i] for i in sorted(positions)) if positions else None
     engines = {labels.get("engine", "0") for labels, _ in after.values(names.generation_tokens)}
@@ -71,7 +71,8 @@ def counter_delta(before: MetricsSnapshot, after: MetricsSnapshot, names: Counte
     )
 
 
-def _position(label: str, name: str) -> int:
+def position_label(label: str, name: str) -> int:
+    """A per-position counter's ``position`` label as a number; MetricsError when it is not one."""
     if not (label.isascii() and label.isdigit()):
         raise MetricsError(
             f"/metrics: {name} has position label {label[:20]!r}, not a whole number; "

@@ -81,3 +81,19 @@ def candidate_of(spec: SpeculativeConfig | None, concurrency: int = 1) -> Candid
     drafter = drafter_of(spec)
     k = spec.k_for_batch_size(concurrency) if spec is not None else 0
     return Candidate(drafter=drafter if k else None, num_speculative_tokens=k if drafter else 0)
+
+
+def drafter_fields(drafter: Drafter) -> dict[str, object]:
+    """The spec-config fields a drafter stands for (``drafter_of`` read back): the method, the draft
+    sampling and any other field its label carries (``model``, ``prompt_lookup_max``, ...)."""
+    method, _, rest = drafter.method.partition(" ")
+    fields: dict[str, object] = {} if method == "draft" else {"method": method}
+    decoder = json.JSONDecoder()
+    while rest:
+        name, _, rest = rest.partition("=")
+        value, end = decoder.raw_decode(rest)
+        fields[name] = value
+        rest = rest[end:].removeprefix(",")
+    if drafter.draft_sample_method != "greedy":
+        fields["draft_sample_method"] = drafter.draft_sample_method
+    return fields

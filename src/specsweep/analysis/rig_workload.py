@@ -59,13 +59,21 @@ def running_draft_length(timing: WorkloadTiming, concurrency: int) -> int | None
     return running[0].num_speculative_tokens
 
 
-def workload_model(rig: Rig, acceptance: Mapping[Drafter, Sequence[float]], timing: WorkloadTiming) -> ThroughputModel:
+def workload_model(
+    rig: Rig,
+    acceptance: Mapping[Drafter, Sequence[float]],
+    timing: WorkloadTiming,
+    *,
+    run_noise: tuple[float, int] | None = None,
+) -> ThroughputModel:
     """The rig's levels as this workload would have run them: rates from its E_W(k), c_W and M_W.
 
     Only levels at a concurrency the workload was measured at, and of drafters it has
     acceptance for (plus speculation off), are kept. The observations carry no workload name, so
     nothing in the model counts as a measured rate of this workload. Draft shares (module doc)
     carry W's per-step acceptance and step time from its running k to the rig's k's.
+    ``run_noise``: the step times' noise when the rig's levels are derived, not measured (see
+    fit_throughput_model).
     """
     observations = []
     for lv in rig.levels:
@@ -100,7 +108,7 @@ def workload_model(rig: Rig, acceptance: Mapping[Drafter, Sequence[float]], timi
             f"the rig has no level at the concurrency levels {sorted(timing.overhead_s)} measured for "
             f"{timing.workload}; measure at the rig's levels {list(rig.concurrency_levels)}."
         )
-    return fit_throughput_model(observations)
+    return fit_throughput_model(observations, run_noise=run_noise)
 
 
 def workload_acceptance_scale(

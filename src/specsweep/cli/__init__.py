@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from specsweep import __version__
-from specsweep.cli import emulate, measure, recommend, report, rig, study, workloads
+from specsweep.cli import emulate, measure, recommend, report, rig, study, watch, workloads
 from specsweep.errors import SpecsweepError
 from specsweep.tuning.study import StudyInterrupted
 
@@ -60,6 +60,7 @@ for _name, _command in (
     ("rig", rig.rig),
     ("emulate", emulate.emulate),
     ("workloads", workloads.workloads),
+    ("watch", watch.watch),
 ):
     app.command(_name)(_one_line_errors(_command))
 

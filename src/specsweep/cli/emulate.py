@@ -14,6 +14,7 @@ from specsweep.config import parse_concurrency
 from specsweep.emulator.boot import EmulatorSettings, run_emulator
 from specsweep.emulator.model import compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import DEFAULT_PROFILE, bundled_profile_names, load_profile
+from specsweep.emulator.traffic import check_schedule, load_schedule, mix_per_position, window_tokens_per_s
 from specsweep.engines.vllm import parse_speculative_config
 from specsweep.errors import ConfigError
 
@@ -67,6 +68,12 @@ def emulate(
     drift: float = typer.Option(
         None, min=0.0, help="Run-to-run variation: relative amplitude of a slow drift of the step time (e.g. 0.05)."
     ),
+    traffic: str = typer.Option(
+        None,
+        help="Serve this traffic schedule itself (a bundled name such as day-night, or a TOML file): "
+        "closed-loop streams whose number and content mix change per window (docs/emulator.md). "
+        "With --print-truth: each window's truth.",
+    ),
     start_index: int = typer.Option(
         0, min=0, help="Which start of a seeded study this is: draws this start's variation (studies pass the trial)."
     ),
@@ -108,6 +115,22 @@ def emulate(
             # vLLM fails at startup with the reason in its log: do the same.
             typer.echo(f"ERROR specsweep-emulator: Invalid speculative config: {exc}")
             raise typer.Exit(1) from None
+    schedule = load_schedule(traffic) if traffic else None
+    if schedule is not None:
+        check_schedule(schedule, rig)
+    if print_truth and schedule is not None:
+        temp = schedule.temperature if schedule.temperature is not None else rig.reference_temperature
+        rows = [
+            {
+                "window": w.name, "duration_s": w.duration_s, "streams": w.streams, "mix": w.mix,
+                "per_position": mix_per_position(rig, spec, temp, w.mix),
+                "output_tokens_per_s": window_tokens_per_s(rig, schedule, w, spec),
+            }
+            for w in schedule.window
+        ]  # fmt: skip
+        json.dump({"schedule": schedule.name, "temperature": temp, "windows": rows}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
     if print_truth:
         levels = parse_concurrency(concurrency)
         temp = rig.reference_temperature if temperature is None else temperature
@@ -128,5 +151,6 @@ def emulate(
         start_index=start_index,
         log_stats=not disable_log_stats,
         trace_path=str(trace) if trace else None,
+        traffic=schedule,
     )
     raise typer.Exit(run_emulator(settings))

@@ -29,3 +29,30 @@ def one_of(choices: Sequence[str]) -> Callable[[str | None], str | None]:
         return value
 
     return check
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def seconds_of(text: str, *, flag: str) -> float:
+    """``90``, ``90s``, ``15m``, ``6h``, ``1d`` (or ``0.5s``) in seconds; ConfigError otherwise."""
+    value = text.strip().lower()
+    unit = _UNITS.get(value[-1:])
+    number = value[:-1] if unit is not None else value
+    try:
+        seconds = float(number) * (unit or 1.0)
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r} is not a duration such as 30s, 15m, 6h or 1d.") from None
+    if not seconds > 0:
+        raise ConfigError(f"{flag} must be longer than 0 (got {text!r}).")
+    return seconds
+
+
+def check_duration(value: str | None) -> str | None:
+    """A duration flag's value, checked while the command line is parsed."""
+    if value is not None:
+        try:
+            seconds_of(value, flag="the value")
+        except ConfigError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value

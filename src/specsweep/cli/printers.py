@@ -9,15 +9,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.status import Status
+from rich.text import Text
 
 from specsweep.analysis.drafters import candidate_of
 from specsweep.analysis.recommendation import Recommendation
 from specsweep.analysis.rig import Rig
 from specsweep.analysis.study import StudyAnalysis
+from specsweep.analysis.watch import WatchReport
 from specsweep.report.snippets import render_snippet
 from specsweep.report.study_report import recommendation_summary, snippet_heading
+from specsweep.report.watch_report import summary_lines, window_lines
 from specsweep.runtime.measure import LevelResult, LevelStarted, Measurement, RequestDone, WarmingUp
 from specsweep.tuning.events import (
     MeasuredElsewhere,
@@ -352,3 +355,33 @@ def print_study_time(out: Console, spent: StudyTime) -> None:
             f"level would take about {_minutes(spent.grid_s)}{unit}"
         )
     out.print(line)
+
+
+def print_watch(out: Console, report: WatchReport, fmt: str, *, source: str, unchecked: tuple[str, ...] = ()) -> None:
+    """Every window in a few lines, then the recommendation over all of them and the snippet."""
+    out.print(f"\n[bold]watch[/bold] {report.engine} at {source}: {len(report.windows)} window(s)" + _scale(report))
+    if report.rig is not None:
+        out.print(f"rig: {describe_rig(report.rig)}")
+    if unchecked:
+        out.print(f"  unchecked against the running server: {', '.join(unchecked)}")
+    for number, window in enumerate(report.windows, 1):
+        for line in window_lines(window, number, time_scale=report.time_scale):
+            out.print(line, highlight=False, markup=False)
+    out.print("")
+    for line in summary_lines(report, fmt):
+        out.print(line, highlight=False, markup=False)
+
+
+def watch_view(report: WatchReport, fmt: str, *, source: str) -> Group:
+    """The live view: the last windows and the span so far, refreshed in place."""
+    lines = [f"watch {report.engine} at {source}{_scale(report)} (Ctrl-C stops and prints the summary)"]
+    for number, window in list(enumerate(report.windows, 1))[-3:]:
+        lines += window_lines(window, number, time_scale=report.time_scale)
+    lines += summary_lines(report, fmt)
+    return Group(*(Text(line) for line in lines))
+
+
+def _scale(report: WatchReport) -> str:
+    if report.time_scale == 1.0:
+        return ""
+    return f"; rates in the modelled hardware's units (the emulator's time scale {report.time_scale:g} undone)"

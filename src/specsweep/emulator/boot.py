@@ -14,7 +14,9 @@ from aiohttp import web
 
 from specsweep.emulator.engine import Engine, EngineStats
 from specsweep.emulator.profile import Profile
+from specsweep.emulator.self_load import SelfLoad
 from specsweep.emulator.server import EmulatorApi
+from specsweep.emulator.traffic import TrafficSchedule, check_schedule
 from specsweep.errors import ConfigError
 from specsweep.types import SpeculativeConfig
 
@@ -38,6 +40,7 @@ class EmulatorSettings:
     start_index: int = 0  # which start of a seeded study this is (draws its run-to-run variation)
     log_stats: bool = True
     trace_path: str | None = None  # JSON lines: each stream's first and last chunk write times
+    traffic: TrafficSchedule | None = None  # serve this schedule's traffic itself (emulator/self_load.py)
 
 
 def configure_logging() -> None:
@@ -56,6 +59,8 @@ def configure_logging() -> None:
 def check_settings(settings: EmulatorSettings) -> None:
     """Refuse what vLLM would refuse for this rig before the (slow) startup."""
     spec, profile = settings.spec, settings.profile
+    if settings.traffic is not None:
+        check_schedule(settings.traffic, profile)
     if spec is None:
         return
     method = spec.method or profile.methods[0]
@@ -167,13 +172,23 @@ async def _serve(settings: EmulatorSettings) -> int:
         return 1
     engine_task = asyncio.create_task(engine.run())
     stats_task = asyncio.create_task(_log_stats(engine, api, scale)) if settings.log_stats else None
+    traffic_task = None
+    if settings.traffic is not None:
+        schedule = settings.traffic
+        temperature = profile.reference_temperature if schedule.temperature is None else schedule.temperature
+        api.traffic = SelfLoad(engine, schedule, time_scale=scale, seed=settings.seed, temperature=temperature)
+        traffic_task = asyncio.create_task(api.traffic.run())
+        log.info(
+            "Serving traffic schedule %r itself: %d windows over %.0f modelled seconds%s.",
+            schedule.name, len(schedule.window), schedule.period_s, ", repeated" if schedule.repeat else "",
+        )  # fmt: skip
     log.info("Starting vLLM API server 0 on http://%s:%d", settings.host, settings.port)
     log.info("Started server process [%d]", os.getpid())
     log.info("Waiting for application startup.")
     log.info("Application startup complete.")
     await stop.wait()
     log.info("Shutting down")
-    for task in (engine_task, stats_task):
+    for task in (traffic_task, engine_task, stats_task):
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

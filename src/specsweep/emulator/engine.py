@@ -46,6 +46,7 @@ class EngineStats:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
+    drafts_by_class: dict[str, int] = field(default_factory=dict)  # the emulator's own: which text each draft was on
     generation_tokens: int = 0
     prompt_tokens: int = 0
     requests_finished: dict[str, int] = field(default_factory=dict)
@@ -106,6 +107,7 @@ class Engine:
         self._modelled_s = 0.0  # modelled time since the engine started
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
+        self._prefilling = 0  # admitted this step: their prefill runs in it, as vLLM's running requests
         self._wakeup = asyncio.Event()
         self._next_id = 0
         self._cdfs: dict[tuple[str, float, int], list[float]] = {}
@@ -117,7 +119,8 @@ class Engine:
 
     @property
     def num_running(self) -> int:
-        return len(self._running)
+        """Requests in the running batch, those being prefilled included (vLLM counts them there)."""
+        return len(self._running) + self._prefilling
 
     @property
     def num_waiting(self) -> int:
@@ -190,6 +193,7 @@ class Engine:
             modelled += sum(prefill_time_s(self.profile, s.prompt_tokens) for s in admitted)
             deadline += modelled / self.time_scale
             self._modelled_s += modelled
+            self._prefilling = len(admitted)
             delay = deadline - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -201,6 +205,7 @@ class Engine:
             self.stats.elapsed_s = elapsed_before + (now - busy_start)
             self.stats.steps += 1
             self._decode(k, now)
+            self._prefilling = 0
             for seq in admitted:
                 self.stats.prompt_tokens += seq.prompt_tokens
                 self._emit(seq, 1, now)
@@ -225,6 +230,7 @@ class Engine:
                 accepted = bisect.bisect_right(cumulative, self._rng.random())
                 accepted = min(accepted, k)
                 stats.num_drafts += 1
+                stats.drafts_by_class[seq.content_class] = stats.drafts_by_class.get(seq.content_class, 0) + 1
                 stats.num_draft_tokens += k
                 stats.num_accepted_tokens += accepted
                 per_pos = stats.accepted_per_pos

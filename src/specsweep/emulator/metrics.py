@@ -97,6 +97,13 @@ class EngineCollector:
             for position, value in enumerate(stats.accepted_per_pos):
                 per_pos.add_metric([*labels, str(position)], value, created=created)
             yield per_pos
+        # The emulator's own truth: drafts per content class (the mix it actually served).
+        by_class = CounterMetricFamily(
+            "specsweep_emulator_drafts", "Drafts per content class.", labels=[*LABELS, "content_class"]
+        )
+        for name, count in sorted(stats.drafts_by_class.items()):
+            by_class.add_metric([*labels, name], count, created=created)
+        yield by_class
         # The emulator's own health: wall seconds its schedule asked for and took while busy.
         yield counter(
             "specsweep_emulator_scheduled_seconds", "Wall seconds the step schedule asked for.", stats.scheduled_s

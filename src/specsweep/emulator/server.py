@@ -16,6 +16,7 @@ from specsweep.emulator.content import classify_content, count_tokens
 from specsweep.emulator.engine import Emission, Engine
 from specsweep.emulator.metrics import EngineCollector, render_metrics
 from specsweep.emulator.profile import Profile
+from specsweep.emulator.self_load import SelfLoad
 
 log = logging.getLogger("specsweep.emulator")
 
@@ -64,6 +65,7 @@ class EmulatorApi:
         self.log_stats = log_stats
         self.created = int(time.time())
         self.requests_started = 0
+        self.traffic: SelfLoad | None = None  # set when the emulator serves a traffic schedule itself
         self.collector = EngineCollector(
             engine, served_model_name, self.kv_usage, spec_counters=not profile.faults.metrics_without_spec
         )
@@ -105,7 +107,9 @@ class EmulatorApi:
     async def version(self, request: web.Request) -> web.Response:
         # vLLM answers {"version"}; the emulator adds what it emulates, so a rig can tell it apart
         # and read rates in the modelled hardware's units.
-        emulated = {"profile": self.profile.name, "time_scale": self.engine.time_scale}
+        emulated: dict[str, Any] = {"profile": self.profile.name, "time_scale": self.engine.time_scale}
+        if self.traffic is not None:
+            emulated["traffic"] = self.traffic.describe()
         return web.json_response({"version": self.profile.version, "emulator": emulated})
 
     async def models(self, request: web.Request) -> web.Response:

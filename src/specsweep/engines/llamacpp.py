@@ -46,6 +46,9 @@ COUNTERS = CounterNames(
     num_accepted_tokens="llamacpp:spec_decode_num_accepted_tokens_total",
     accepted_per_position="llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
 )
+# Gauges of the slots decoding and of the requests waiting for one (watch reads the first as the batch size).
+REQUESTS_PROCESSING = "llamacpp:requests_processing"
+REQUESTS_DEFERRED = "llamacpp:requests_deferred"
 # Its prompt cache persists across requests; specsweep's nonce keeps every prompt unique from
 # its first token, and this makes sure no cached prefix is reused.
 EXTRA_BODY = {"cache_prompt": False}

@@ -28,6 +28,12 @@ class EngineInfo:
     drafts_from_a_distribution: Callable[[SpeculativeConfig], bool] = vllm.drafts_from_a_distribution
     # Set where the flags depend on the build: the flag names its ``--help`` text lists.
     parse_help: Callable[[str], frozenset[str]] | None = None
+    # What ``watch`` reads besides the counters (None: the engine does not publish it).
+    running_gauge: str | None = None  # requests in the running batch
+    waiting_gauge: str | None = None  # requests queued for a slot
+    finished_requests: str | None = None  # a counter of finished requests
+    accept_length_gauge: str | None = None  # mean tokens per verification step, where no counters exist
+    per_batch_size_tables: bool = False  # takes num_speculative_tokens_per_batch_size
 
     def spec_args(self, spec: SpeculativeConfig | None, *, help_flags: frozenset[str] | None = None) -> list[str]:
         """The engine's flags for ``spec``; ``help_flags``: what the server binary's --help lists, if read."""
@@ -36,13 +42,28 @@ class EngineInfo:
         return self.render_spec_args(spec)
 
 
+_VLLM_LOAD = {
+    "running_gauge": vllm.NUM_REQUESTS_RUNNING,
+    "waiting_gauge": vllm.NUM_REQUESTS_WAITING,
+    "finished_requests": vllm.REQUEST_SUCCESS + "_total",
+    "per_batch_size_tables": True,
+}
+
 ENGINES = {
     "vllm": EngineInfo(
-        name="vllm", metric_prefix="vllm:", counters=vllm.COUNTERS, render_spec_args=vllm.render_spec_args
+        name="vllm",
+        metric_prefix="vllm:",
+        counters=vllm.COUNTERS,
+        render_spec_args=vllm.render_spec_args,
+        **_VLLM_LOAD,
     ),
     # The emulator speaks vLLM.
     "emulator": EngineInfo(
-        name="emulator", metric_prefix="vllm:", counters=vllm.COUNTERS, render_spec_args=vllm.render_spec_args
+        name="emulator",
+        metric_prefix="vllm:",
+        counters=vllm.COUNTERS,
+        render_spec_args=vllm.render_spec_args,
+        **_VLLM_LOAD,
     ),
     "llama.cpp": EngineInfo(
         name="llama.cpp",
@@ -53,6 +74,8 @@ ENGINES = {
         validate_spec=llamacpp.validate_spec_config,
         drafts_from_a_distribution=llamacpp.drafts_from_a_distribution,
         parse_help=llamacpp.parse_help_flags,
+        running_gauge=llamacpp.REQUESTS_PROCESSING,
+        waiting_gauge=llamacpp.REQUESTS_DEFERRED,
     ),
     "sglang": EngineInfo(
         name="sglang",
@@ -61,6 +84,9 @@ ENGINES = {
         render_spec_args=sglang.render_spec_args,
         has_draft_sample_method=False,
         extra_body=sglang.EXTRA_BODY,
+        running_gauge=sglang.NUM_RUNNING_REQS,
+        waiting_gauge=sglang.NUM_QUEUE_REQS,
+        accept_length_gauge=sglang.ACCEPT_LENGTH_GAUGE,
     ),
 }
 

@@ -28,6 +28,9 @@ METRIC_PREFIX = "sglang:"
 COUNTERS = CounterNames(generation_tokens="sglang:generation_tokens_total", prompt_tokens="sglang:prompt_tokens_total")
 ACCEPT_LENGTH_GAUGE = "sglang:spec_accept_length"
 ACCEPT_RATE_GAUGE = "sglang:spec_accept_rate"
+# Gauges of the running batch and the queue (metrics_collector.py, beside the acceptance gauges).
+NUM_RUNNING_REQS = "sglang:num_running_reqs"
+NUM_QUEUE_REQS = "sglang:num_queue_reqs"
 EXTRA_BODY = {"return_spec_tokens_details": True}
 
 # vLLM method names -> SGLang's --speculative-algorithm

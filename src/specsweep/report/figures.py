@@ -36,7 +36,8 @@ class Series:
     y: tuple[float, ...]
     low: tuple[float, ...] | None = None
     high: tuple[float, ...] | None = None
-    style: str = "line"  # "line", "band" (line with shaded low..high), "points" (with error bars), "marker"
+    style: str = "line"  # "line", "band" (line with shaded low..high), "points" (with error bars), "marker", "bars"
+    width: float = 0.8  # of each bar ("bars")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,6 +264,8 @@ def _draw(axis, series: Series, color: str) -> None:
             axis.errorbar(series.x, series.y, yerr=[below, above], fmt="o", color=color, capsize=3, label=series.label)
         else:
             axis.plot(series.x, series.y, "o", color=color, label=series.label)
+    elif series.style == "bars":
+        axis.bar(series.x, series.y, width=series.width, color=color, alpha=0.8, label=series.label)
     elif series.style == "marker":
         axis.plot(
             series.x,
