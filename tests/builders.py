@@ -7,6 +7,9 @@ tables. ``write_study`` writes one as a TOML file, for tests that run the comman
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -125,3 +128,19 @@ def exact_rig(
     prose = {"prompt_tokens": float(prompts["prose"]), "completion_tokens": 600.0}
     shape = RequestShape(api="chat", temperature=temperature, max_tokens=600, workloads={"prose": prose})
     return fit_rig(out, identity=identity, shape=shape)
+
+
+def specsweep(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """``python -m specsweep ARGS`` in a child process, as a user runs it, its output captured;
+    ``env`` adds to this process's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "specsweep", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        check=False,
+    )

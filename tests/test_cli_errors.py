@@ -8,17 +8,12 @@ user would.
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
+from .builders import specsweep
+
 COMMANDS = ("study", "measure", "report", "recommend", "rig", "emulate", "workloads")
-
-
-def specsweep(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "specsweep", *args], capture_output=True, text=True, timeout=60, check=False
-    )
 
 
 def assert_usage_error(result: subprocess.CompletedProcess[str], command: str, says: str) -> None:

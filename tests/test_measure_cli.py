@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -14,20 +11,10 @@ import httpx
 from specsweep.runtime.measure import LevelStarted, MeasureSettings, run_measure
 from specsweep.workload import load_workload
 
+from .builders import specsweep
 from .conftest import DEFAULT_MODEL
 
 SPEC = '{"num_speculative_tokens":4,"draft_sample_method":"probabilistic"}'
-
-
-def specsweep(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "specsweep", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
 
 
 def test_measure_prints_the_report_shape_and_writes_json(start_emulator, tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.tuning.rig_file import check_identity, rig_from_dict, rig_to_dict
 
-from .builders import emulator_study, write_study
+from .builders import emulator_study, specsweep, write_study
 
 PROFILE = "dgx-spark-v4-flash"
 DRAFTER = Drafter(method="dspark", draft_sample_method="probabilistic")
@@ -244,12 +243,6 @@ def rig_study(name: str, workload: str, *, requests: int, startup_s: float | Non
         workloads={workload: 1.0}, concurrency=(1, 4), requests=requests, max_tokens=600, temperature=0.6,
         study={"sampler": "grid"}, server={"ready_timeout_s": 60}, search={"draft_sample_method": "probabilistic"},
     )  # fmt: skip
-
-
-def specsweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "specsweep", *args], capture_output=True, text=True, cwd=cwd, timeout=600, check=False
-    )
 
 
 @pytest.fixture(scope="module")

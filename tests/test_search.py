@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +21,7 @@ from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
 from specsweep.types import StudySettings
 
-from .builders import emulator_study, write_study
+from .builders import emulator_study, specsweep, write_study
 from .test_study import true_best
 
 # The user report's dense technical curve (math.md), and a step time T = T0 (1 + c k).
@@ -243,12 +241,6 @@ def test_a_stopped_model_study_resumes_where_its_trials_leave_off(tmp_path: Path
     firsts = [t.key for t in measured if not t.repeat]  # every configuration measured once, repeats aside
     assert len(firsts) == len(set(firsts)) and len(measured) == first.restarts + second.restarts
     assert len(firsts) < second.space.size() or "every configuration" in second.stop_reason
-
-
-def specsweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "specsweep", *args], capture_output=True, text=True, cwd=cwd, timeout=300, check=False
-    )
 
 
 def test_model_study_on_the_emulator_finds_the_true_best_with_fewer_restarts_than_the_grid(tmp_path: Path) -> None:

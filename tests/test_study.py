@@ -24,14 +24,8 @@ from specsweep.tuning.records import is_repeat
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
 
-from .builders import emulator_study, write_study
+from .builders import emulator_study, specsweep, write_study
 from .conftest import print_truth
-
-
-def specsweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "specsweep", *args], capture_output=True, text=True, cwd=cwd, timeout=600, check=False
-    )
 
 
 def true_best(workload: str, concurrency: int, k_max: int) -> tuple[int, str]:

@@ -20,7 +20,7 @@ from specsweep.emulator.traffic import load_schedule
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
 from specsweep.tuning.rig_file import write_rig
 
-from .builders import exact_rig
+from .builders import exact_rig, specsweep
 from .watch_truth import PROFILE, RUNNING, TEMPERATURE, assert_acceptance_matches, spec, true_rates
 
 SCALE = 100.0
@@ -43,12 +43,6 @@ mix = { technical = 1.0 }
 """
 SCHEDULE_WINDOW_S = 1000 / SCALE
 DRAIN_S = 0.5  # after a switch the previous window's requests finish
-
-
-def specsweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "specsweep", *args], capture_output=True, text=True, cwd=cwd, timeout=300, check=False
-    )
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,6 @@ times (tests/builders.exact_rig)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +19,7 @@ from specsweep.emulator.traffic import load_schedule, mix_per_position
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
 from specsweep.tuning.rig_file import write_rig
 
-from .builders import exact_rig
+from .builders import exact_rig, specsweep
 from .prometheus_server import prometheus_binary, running_prometheus
 from .watch_truth import (
     PROFILE,
@@ -57,12 +55,6 @@ duration_s = 600
 streams = 4
 mix = { technical = 1.0 }
 """
-
-
-def specsweep(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "specsweep", *args], capture_output=True, text=True, cwd=cwd, timeout=300, check=False
-    )
 
 
 @pytest.fixture(scope="module")
