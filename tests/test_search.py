@@ -199,6 +199,24 @@ def test_leaders_the_data_cannot_tell_apart_are_measured_again_in_turn_then_name
         assert "server starts of each would separate" in decision.ties[0]
 
 
+def test_a_configuration_that_failed_in_this_run_is_never_measured_again() -> None:
+    """A repeat or a tie to separate whose server start failed (a crash, a lost node) is not chosen
+    again in the run: the study loop turns such a trial away, and choosing it again looped forever."""
+    measured = [(0, "off"), (5, "greedy")] + [(k, "probabilistic") for k in range(1, 6)] + [(3, "probabilistic")]
+    steps, _ = run_until_stop(list(measured), noise=0.04)
+    again = next(s for s in steps if s.repeat)
+    failed = {again.key}
+    trials = trials_for(*measured, noise=0.04)
+    for _ in range(6):
+        decision = decide(trials, exclude=failed)
+        if decision.params is None:
+            break
+        assert decision.key not in failed, decision.reason
+        trials.append(make_trial(len(trials), *chosen(decision), noise=0.04))
+    else:
+        raise AssertionError("the search did not stop")
+
+
 def test_a_failed_largest_k_moves_the_acceptance_run_down() -> None:
     failed = config_key(SPACE.config_from_params(SPACE.params_for({"num_speculative_tokens": 5})))
     decision = decide(trials_for((0, "off")), exclude={failed})

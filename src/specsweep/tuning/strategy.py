@@ -101,7 +101,10 @@ def decide_next(
     measured = [t for t in trials if t.measured]
     measured_keys = {t.key for t in measured}
     running = {t.key for t in trials if t.running and t.key is not None}
-    failed = set(exclude) - measured_keys
+    failed = set(exclude) - measured_keys  # never measured: not to be tried
+    # failed in this run, measured or not: not to be measured again (a repeat, a tie to separate);
+    # choosing it would only fail again, or be turned away by the study loop, forever
+    blocked = set(exclude) | running
     untried = [c for c in configs.values() if c.key not in measured_keys | failed | running]
     objective = settings.objective_concurrency
     weights = settings.workload_weights
@@ -180,7 +183,7 @@ def decide_next(
         )
     if not noise and best is not None:
         again = configs.get(best.key or "")
-        if again is not None and again.key not in failed | running:
+        if again is not None and again.key not in blocked:
             return decision(
                 again,
                 "repeat",
@@ -200,7 +203,7 @@ def decide_next(
         )
         return decision(chosen, "upper bound", reason, **extra)
     analysis = _analysis(mconfigs, settings)
-    follow_up = _follow_up(analysis, mconfigs, configs, failed, running, noise)
+    follow_up = _follow_up(analysis, mconfigs, configs, set(exclude), running, noise)
     if follow_up is not None:
         config, phase, reason, repeat = follow_up
         return decision(config, phase, reason, repeat=repeat, **extra)
@@ -299,7 +302,7 @@ def _follow_up(
         if len(pair) < 2 or rec.workload not in noise:
             continue
         keys = [by_candidate[c].key for c in pair]
-        if any(k not in starts or k in running for k in keys) or min(starts[k] for k in keys) >= MAX_STARTS:
+        if any(k not in starts or k in running | failed for k in keys) or min(starts[k] for k in keys) >= MAX_STARTS:
             continue
         fewer = min(pair, key=lambda c: (starts[by_candidate[c].key], c != rec.choice))
         return (
