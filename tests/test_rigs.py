@@ -177,17 +177,12 @@ def partial_drafter_level(k: int, share: float, accept, *, workload: str) -> Lev
     )  # fmt: skip
 
 
-def test_a_drafter_that_drafts_at_some_steps_only_carries_its_share_across_k() -> None:
-    """The rig's workload drafts at 40% of steps, the new one at 70%; neither drafts below k = 3.
-    From one measurement at k = 5, every k's rate must come out as the generating model has it."""
+def technical_at_k5(rig):
+    """The rig's recommendation for a workload that drafts at 70% of steps (acceptance 0.85^i per
+    position), measured once at k = 5 on one stream."""
     from specsweep.analysis.fits import fit_acceptance
 
-    rig = fit_rig(
-        [partial_drafter_level(k, 0.4, lambda i: 0.8**i, workload="prose") for k in range(6)],
-        identity=IDENTITY, shape=SHAPE,
-    )  # fmt: skip
-    truth = {k: partial_drafter_level(k, 0.7, lambda i: 0.85**i, workload="technical") for k in range(6)}
-    running = truth[5]
+    running = partial_drafter_level(5, 0.7, lambda i: 0.85**i, workload="technical")
     steps = 50000.0  # per-step acceptance: undrafted steps accept nothing
     fit = fit_acceptance(num_drafts=steps, accepted_per_position=[0.7 * 0.85**i * steps for i in range(1, 6)], k_max=5)
     timing = WorkloadTiming(
@@ -196,6 +191,19 @@ def test_a_drafter_that_drafts_at_some_steps_only_carries_its_share_across_k() -
         draft_share={1: 0.7},
     )  # fmt: skip
     (result,) = recommend_with_rig(rig, {NGRAM: fit}, timing, k_max=5)
+    return result
+
+
+def test_a_drafter_that_drafts_at_some_steps_only_carries_its_share_across_k() -> None:
+    """The rig's workload drafts at 40% of steps, the new one at 70%; neither drafts below k = 3.
+    From one measurement at k = 5, every k's rate must come out as the generating model has it."""
+
+    rig = fit_rig(
+        [partial_drafter_level(k, 0.4, lambda i: 0.8**i, workload="prose") for k in range(6)],
+        identity=IDENTITY, shape=SHAPE,
+    )  # fmt: skip
+    truth = {k: partial_drafter_level(k, 0.7, lambda i: 0.85**i, workload="technical") for k in range(6)}
+    result = technical_at_k5(rig)
     predicted = {row.candidate.num_speculative_tokens: row.tokens_per_s for row in result.recommendation.candidates}
     for k, level in truth.items():
         assert predicted[k] == pytest.approx(level.output_tokens_per_s, rel=0.005), k
@@ -212,22 +220,12 @@ def test_a_rarely_drafting_level_measured_faster_than_off_predicts_no_negative_r
     `measure --rig` fail on a real llama-server)."""
     from dataclasses import replace
 
-    from specsweep.analysis.fits import fit_acceptance
-
     # the rig's prose drafts at 5% of steps; its k = 3 level measured a step 15% below off's
     levels = [partial_drafter_level(k, 0.05, lambda i: 0.8**i, workload="prose") for k in range(6)]
     e3 = levels[3].tokens_per_step
     levels[3] = replace(levels[3], decode_span_s=0.85 * levels[0].decode_span_s / e3)
     rig = fit_rig(levels, identity=IDENTITY, shape=SHAPE)
-    running = partial_drafter_level(5, 0.7, lambda i: 0.85**i, workload="technical")
-    steps = 50000.0
-    fit = fit_acceptance(num_drafts=steps, accepted_per_position=[0.7 * 0.85**i * steps for i in range(1, 6)], k_max=5)
-    timing = WorkloadTiming(
-        workload="technical", overhead_s={1: running.request_overhead_s}, completion_tokens={1: 128.0},
-        measured={1: (Candidate(drafter=NGRAM, num_speculative_tokens=5), running.output_tokens_per_s)},
-        draft_share={1: 0.7},
-    )  # fmt: skip
-    (result,) = recommend_with_rig(rig, {NGRAM: fit}, timing, k_max=5)
+    result = technical_at_k5(rig)
     rates = {row.candidate.num_speculative_tokens: row.tokens_per_s for row in result.recommendation.candidates}
     # at k = 3 the workload drafts with no drafting cost: its rate is off's, sped up by its acceptance
     assert 0 < rates[0] < rates[3] <= rates[0] * (1 + 0.7 * sum(0.85**i for i in range(1, 4))) * 1.01
