@@ -112,7 +112,7 @@ def measure(
         console=console,
         transient=True,
     )
-    # Off a terminal the bar is not started at all: rich 13.0 to 13.x print a blank line on
+    # Off a terminal the bar is not started at all: rich 13.0 (15.0 no longer) prints a blank line on
     # stopping even a disabled bar, and stderr must keep exactly one line for an error.
     with progress if console.is_terminal else nullcontext():
         tasks: dict[int | None, int] = {}
