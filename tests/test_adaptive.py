@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+import pytest
+
+from specsweep.analysis.stopping import LevelTarget
 from specsweep.config import parse_study_config
+from specsweep.engines import vllm
+from specsweep.runtime.measure import MeasureSettings, run_measure
+from specsweep.runtime.scraper import scrape_metrics
 from specsweep.tuning.records import read_trial_file, read_trials
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
+from specsweep.workload import load_workload
 
 from .builders import emulator_study, write_study
+from .conftest import print_truth
 
 
 def levels_measured(folder: Path, study) -> dict[int, list[tuple[int, int, str | None]]]:
@@ -73,3 +83,40 @@ def test_requests_forces_a_fixed_budget(tmp_path: Path) -> None:
     (trial_file,) = (tmp_path / "studies" / "fixed" / "trials").glob("trial-*.json")
     levels = [lv for m in json.loads(trial_file.read_text())["workloads"].values() for lv in m["levels"]]
     assert [(lv["concurrency"], lv["requests"], lv["stopped_by"]) for lv in levels] == [(1, 3, None), (2, 3, None)]
+
+
+SPEC5 = '{"method":"dspark","num_speculative_tokens":5,"draft_sample_method":"probabilistic"}'
+
+
+def test_a_level_that_has_measured_enough_cuts_its_requests_in_flight(start_emulator) -> None:
+    """Four streams of 600 tokens stopped at one request per stream: the three sent meanwhile are
+    closed mid-stream and the server aborts them (its running gauge falls to zero, its abort count
+    grows by three) instead of running a second round; the tokens they streamed before the cut
+    still count, so the saturated rate is the emulator's truth."""
+    server = start_emulator(speculative_config=SPEC5, seed=5)
+    settings = MeasureSettings(
+        endpoint=server.url, concurrency=(4,), requests=32, max_tokens=600, temperature=0.6, seed=5,
+        targets={4: LevelTarget(concurrency=4, min_requests=4, max_requests=32, precision=1.0)},
+    )  # fmt: skip
+    (level,) = run_measure(settings, load_workload("prose")).levels
+    assert level.stopped_by == "precise" and level.summary.requests == 4
+    assert level.summary.cut_requests == len(level.cut) == 3
+    assert all(r.cut and not r.ok and r.completion_tokens is None and r.chunk_tokens for r in level.cut)
+    longest = max(r.latency_s for r in level.records)
+    assert level.summary.wall_s < 1.25 * longest  # one round, not a second one run to its end
+
+    async def server_state() -> tuple[float | None, float | None]:
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            for _ in range(50):
+                snapshot = await scrape_metrics(http)
+                running = snapshot.total(vllm.NUM_REQUESTS_RUNNING)
+                if running == 0:
+                    break
+                await asyncio.sleep(0.05)
+            return running, snapshot.total(vllm.REQUEST_SUCCESS + "_total", finished_reason="abort")
+
+    running, aborted = asyncio.run(server_state())
+    assert running == 0 and aborted == 3
+    truth = print_truth("--speculative-config", SPEC5, "--concurrency", "4", "--temperature", "0.6")["prose"]
+    (expected,) = truth["levels"]
+    assert level.summary.saturated_output_tokens_per_s / 50 == pytest.approx(expected["output_tokens_per_s"], rel=0.1)

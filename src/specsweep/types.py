@@ -127,10 +127,13 @@ class RequestRecord:
     spec_verify_ct: int | None = None  # SGLang: verification steps of this request
     response_id: str | None = None  # the server's id of the completion
     error: str | None = None
+    # closed the stream on purpose mid-response: its level had measured enough (runtime/driver.py);
+    # it has no usage, only the per-chunk counts of what arrived before
+    cut: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.completion_tokens is not None
+        return self.error is None and self.completion_tokens is not None and not self.cut
 
     @property
     def stopped_early(self) -> bool:

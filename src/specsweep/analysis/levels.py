@@ -71,6 +71,7 @@ class LevelSummary:
     # drafts the server's counters counted over the window: 0 when a drafter drafted nothing
     # (acceptance is then None), None when the server has no draft counters
     counted_drafts: float | None = None
+    cut_requests: int = 0  # in flight when the level stopped, closed mid-stream (not in ``requests``)
 
 
 def spread(values: Sequence[float]) -> Spread | None:
@@ -96,8 +97,11 @@ def summarize_level(
     delta: CounterDelta | None,
     gauge_accept_length: float | None = None,
     window: tuple[float, float] | None = None,
+    cut: Sequence[RequestRecord] = (),
 ) -> LevelSummary:
-    """Fold a level's request records and its counter delta into a LevelSummary."""
+    """Fold a level's request records and its counter delta into a LevelSummary. ``cut`` are the
+    requests closed mid-stream when the level stopped: their tokens before the cut count in the
+    saturated window, and the server's counters include them."""
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
     reasons: dict[str, int] = {}
@@ -117,7 +121,7 @@ def summarize_level(
         server_rate = delta.generation_tokens / delta.window_s
         # Every token the server generated for this tool, failed requests included, is at
         # most what the requests asked for; growth beyond that came from someone else.
-        asked = sum((r.completion_tokens if r.ok else r.max_tokens) or 0 for r in records)
+        asked = sum((r.completion_tokens if r.ok else r.max_tokens) or 0 for r in (*records, *cut))
         foreign = max(0.0, delta.generation_tokens - asked)
     client_rate = output_tokens / wall_s if wall_s > 0 and ok else None
     if server_rate is not None and client_rate:
@@ -133,7 +137,7 @@ def summarize_level(
         wall_s=wall_s,
         output_tokens=output_tokens,
         output_tokens_per_s=client_rate,
-        saturated_output_tokens_per_s=saturated_rate(ok, window) if window else None,
+        saturated_output_tokens_per_s=saturated_rate([*ok, *cut], window) if window else None,
         decode_tokens_per_s_per_stream=spread(decode),
         ttft_s=spread(ttft),
         prefill_tokens_per_s=spread(prefill),
@@ -146,6 +150,7 @@ def summarize_level(
         client_acceptance=client_acceptance(ok),
         gauge_accept_length=gauge_accept_length,
         counted_drafts=delta.num_drafts if delta is not None else None,
+        cut_requests=len(cut),
     )
 
 

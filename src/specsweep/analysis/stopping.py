@@ -4,8 +4,8 @@ A level of a trial (one workload at one concurrency B) is a closed loop of B str
 answered request the rate is estimated from the requests so far: each request's rate is its
 tokens over its latency, B times their mean the aggregate rate R, and their spread gives the
 estimate's relative standard error se (never below ``MIN_REQUEST_SD`` / sqrt(n): a handful of
-requests that happen to agree say little about the next). The level stops, finishing the
-requests in flight, when
+requests that happen to agree say little about the next). The level stops, and cuts the
+requests in flight (runtime/driver.py), when
 
 - **it cannot win**: the rate's upper bound R (1 + z se) is below the cell's best measured rate
   (another configuration, measured earlier) at its lower bound, best (1 - z noise), with the

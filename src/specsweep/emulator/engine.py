@@ -161,7 +161,10 @@ class Engine:
         return seq
 
     def cancel(self, seq: Sequence) -> None:
-        """Drop a request whose client went away (it leaves at the next step)."""
+        """Drop a request whose client went away (it leaves at the next step); one that had not
+        finished counts as aborted, as vLLM counts it."""
+        if not seq.cancelled and seq.generated < min(seq.max_tokens, seq.natural_tokens):
+            self.stats.requests_finished["abort"] = self.stats.requests_finished.get("abort", 0) + 1
         seq.cancelled = True
 
     # -- the loop -------------------------------------------------------------------------

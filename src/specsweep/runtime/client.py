@@ -7,6 +7,7 @@ counting chunks: under speculative decoding one chunk carries several tokens. Wi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -104,20 +105,26 @@ class StreamingClient:
         body.update(self.extra_body)
         return body
 
-    async def stream(self, prompt: WorkloadPrompt, *, max_tokens: int, temperature: float) -> RequestRecord:
+    async def stream(
+        self, prompt: WorkloadPrompt, *, max_tokens: int, temperature: float, cut: asyncio.Event | None = None
+    ) -> RequestRecord:
         """Send one streaming request and time it; failures come back as a record with ``error``.
 
         A connection that drops before any byte of the response is retried once (llama.cpp
-        closes keep-alive connections after each stream).
+        closes keep-alive connections after each stream). Once ``cut`` is set, the stream is
+        closed at its next piece (the server aborts a request whose client went away) and the
+        record says ``cut``, with the chunks that arrived before.
         """
         body = self.request_body(prompt, max_tokens=max_tokens, temperature=temperature)
         path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
-        record = await self._stream_once(path, body, prompt.id, max_tokens)
+        record = await self._stream_once(path, body, prompt.id, max_tokens, cut)
         if record.error and record.error.startswith("connection:") and record.num_chunks == 0:
-            record = await self._stream_once(path, body, prompt.id, max_tokens)
+            record = await self._stream_once(path, body, prompt.id, max_tokens, cut)
         return record
 
-    async def _stream_once(self, path: str, body: dict[str, Any], prompt_id: str, max_tokens: int) -> RequestRecord:
+    async def _stream_once(
+        self, path: str, body: dict[str, Any], prompt_id: str, max_tokens: int, cut: asyncio.Event | None
+    ) -> RequestRecord:
         started = time.perf_counter()
         tracker = _StreamTracker(started)
         try:
@@ -147,6 +154,8 @@ class StreamingClient:
                         start = end + 1
                     else:
                         pending = buffer[start:]
+                        if cut is not None and cut.is_set():
+                            return tracker.record(prompt_id, max_tokens, cut=True)
                         continue
                     break
         except httpx.TimeoutException as exc:
@@ -260,11 +269,11 @@ class _StreamTracker:
             self.spec_verify_ct = _int_or(details.get("spec_verify_ct"), self.spec_verify_ct)
         return False
 
-    def record(self, prompt_id: str, max_tokens: int, *, error: str | None = None) -> RequestRecord:
+    def record(self, prompt_id: str, max_tokens: int, *, error: str | None = None, cut: bool = False) -> RequestRecord:
         error = error or self.error
-        if error is None and not self.done:
+        if error is None and not self.done and not cut:
             error = "stream ended before [DONE] (connection closed mid-response)"
-        if error is None and self.usage_tokens is None:
+        if error is None and self.usage_tokens is None and not cut:
             error = "no usage in the stream: the server ignored stream_options.include_usage"
         end = time.perf_counter()
         return RequestRecord(
@@ -275,7 +284,7 @@ class _StreamTracker:
             last_token_s=None if self.last is None else self.last - self.started,
             latency_s=end - self.started,
             prompt_tokens=self.prompt_tokens,
-            completion_tokens=self.usage_tokens if error is None else None,
+            completion_tokens=self.usage_tokens if error is None and not cut else None,
             num_chunks=self.num_chunks,
             chunk_tokens=tuple(self.chunk_tokens) if self.chunk_tokens else None,
             chunk_times_s=tuple(self.chunk_times) if self.chunk_tokens else None,
@@ -285,6 +294,7 @@ class _StreamTracker:
             spec_verify_ct=self.spec_verify_ct,
             response_id=self.response_id,
             error=error,
+            cut=cut,
         )
 
 

@@ -26,6 +26,7 @@ class LevelRun:
     records: tuple[RequestRecord, ...]
     saturated_until: float | None = None  # closed loop: when the first stream ran out of requests
     stopped_by: str | None = None  # closed loop with a stop rule: why it stopped before its last request
+    cut: tuple[RequestRecord, ...] = ()  # requests in flight when it stopped, closed mid-stream
 
     @property
     def wall_s(self) -> float:
@@ -62,21 +63,32 @@ async def run_closed_loop(
     stop: StopRule | None = None,
 ) -> LevelRun:
     """Keep ``concurrency`` requests in flight until ``requests`` have been sent and answered, or
-    until ``stop`` (asked after each answer) gives a reason: then the requests in flight finish and
-    no more are sent."""
+    until ``stop`` (asked after each answer) gives a reason: then no more are sent, and the
+    requests in flight are cut (closed mid-stream, which makes the server abort them) when every
+    answer so far carried per-chunk token counts, so the tokens they streamed before the cut still
+    count in the saturated window; without those counts they finish, as with a fixed budget."""
     counter = itertools.count()
     records: list[RequestRecord] = []
+    cut: list[RequestRecord] = []
     saturated_until: list[float] = []
     stopped: list[str] = []
+    cutting = asyncio.Event()
 
     async def worker() -> None:
         while not stopped and next(counter) < requests:
-            record = await client.stream(prompts.next(), max_tokens=max_tokens, temperature=temperature)
+            record = await client.stream(
+                prompts.next(), max_tokens=max_tokens, temperature=temperature, cut=cutting
+            )  # fmt: skip
+            if record.cut:
+                cut.append(record)
+                break
             records.append(record)
             if on_done is not None:
                 on_done(record)
             if stop is not None and not stopped and (reason := stop(records)) is not None:
                 stopped.append(reason)
+                if all(r.chunk_tokens is not None for r in records if r.ok):
+                    cutting.set()
         saturated_until.append(time.perf_counter())
 
     started = time.perf_counter()
@@ -89,6 +101,7 @@ async def run_closed_loop(
         records=tuple(records),
         saturated_until=min(saturated_until) if saturated_until else None,
         stopped_by=stopped[0] if stopped else None,
+        cut=tuple(cut),
     )
 
 

@@ -82,6 +82,7 @@ class LevelResult:
     notes: tuple[str, ...]  # what the reader must know: missing metrics, foreign traffic, ...
     stopped_by: str | None = None  # adaptive: "precise", "cannot win", "clearly ahead" or "budget"
     warmup_s: float = 0.0  # wall clock of the level's warm-up
+    cut: tuple[RequestRecord, ...] = ()  # in flight when the level stopped, closed mid-stream
 
     @property
     def measuring_s(self) -> float:
@@ -266,7 +267,7 @@ async def _measure_level(
     window = (run.started_at, run.saturated_until) if run.saturated_until else None
     summary = summarize_level(
         run.records, concurrency=run.concurrency, wall_s=run.wall_s, delta=delta, gauge_accept_length=gauge,
-        window=window,
+        window=window, cut=run.cut,
     )  # fmt: skip
     notes = _level_notes(before, after, note or after_note, engine, delta)
     if summary.foreign_tokens:
@@ -281,7 +282,7 @@ async def _measure_level(
         notes.append(f"{summary.errors} request(s) failed ({reasons})")
     return LevelResult(
         summary=summary, records=run.records, delta=delta, notes=tuple(notes), stopped_by=run.stopped_by,
-        warmup_s=warmup_s,
+        warmup_s=warmup_s, cut=run.cut,
     )  # fmt: skip
 
 

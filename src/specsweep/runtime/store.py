@@ -14,9 +14,17 @@ from typing import Any
 from specsweep import __version__
 from specsweep.errors import SpecsweepError
 from specsweep.runtime.measure import Measurement
+from specsweep.types import RequestRecord
 
 # Settings that must never reach a file.
 SECRET_SETTINGS = ("api_key",)
+
+
+def _record_row(record: RequestRecord, start: float) -> dict[str, Any]:
+    row = asdict(record)
+    del row["chunk_times_s"]  # thousands of numbers per level; the summary keeps what they give
+    row["started_at"] = record.started_at - start  # seconds from the level's first request
+    return row
 
 
 def measurement_to_dict(measurement: Measurement) -> dict[str, Any]:
@@ -31,14 +39,12 @@ def measurement_to_dict(measurement: Measurement) -> dict[str, Any]:
     levels = []
     for level in measurement.levels:
         summary = asdict(level.summary)
-        records = []
         start = min((r.started_at for r in level.records), default=0.0)
-        for record in level.records:
-            row = asdict(record)
-            del row["chunk_times_s"]  # thousands of numbers per level; the summary keeps what they give
-            row["started_at"] = record.started_at - start  # seconds from the level's first request
-            records.append(row)
-        levels.append({**summary, "notes": list(level.notes), "stopped_by": level.stopped_by, "records": records})
+        levels.append({
+            **summary, "notes": list(level.notes), "stopped_by": level.stopped_by,
+            "records": [_record_row(r, start) for r in level.records],
+            "cut": [_record_row(r, start) for r in level.cut],
+        })  # fmt: skip
     return finite_json(
         {
             "specsweep_version": __version__,
