@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from specsweep.analysis.levels import summarize_level
 from specsweep.analysis.stopping import MIN_REQUEST_SD, LevelTarget, Z, estimate_rate, stop_reason
 from specsweep.types import RequestRecord
 
@@ -85,3 +86,22 @@ def test_the_loser_rule_rarely_stops_a_configuration_as_fast_as_the_best(spread:
                 stopped += reason == "cannot win"
                 break
     assert stopped / runs <= most
+
+
+def test_the_saturated_window_counts_cut_requests_by_their_chunks() -> None:
+    """Two answered requests and two cut: one cut after two chunks (both inside the window), one
+    before its first token. The window's tokens are every chunk that arrived inside it."""
+    answered = [
+        RequestRecord(prompt_id=str(i), started_at=0.0, max_tokens=6, completion_tokens=6, num_chunks=3,
+                      chunk_tokens=(2, 2, 2), chunk_times_s=(0.5, 1.0, 1.5), latency_s=1.5)
+        for i in range(2)
+    ]  # fmt: skip
+    cut = [
+        RequestRecord(prompt_id="c", started_at=1.0, max_tokens=6, num_chunks=2, chunk_tokens=(3, 1),
+                      chunk_times_s=(0.2, 0.4), cut=True),
+        RequestRecord(prompt_id="d", started_at=1.9, max_tokens=6, cut=True),
+    ]  # fmt: skip
+    summary = summarize_level(answered, concurrency=2, wall_s=2.0, delta=None, window=(0.0, 2.0), cut=cut)
+    assert summary.saturated_output_tokens_per_s == pytest.approx((12 + 4) / 2.0)
+    assert summary.requests == 2 and summary.cut_requests == 2 and summary.errors == 0
+    assert summary.output_tokens == 12  # answered requests' usage only

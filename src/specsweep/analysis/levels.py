@@ -159,9 +159,12 @@ def saturated_rate(records: Sequence[RequestRecord], window: tuple[float, float]
 
     A closed loop of N streams runs at full concurrency from its start until the first stream
     runs out of requests; after that the remaining streams finish one by one, a ramp-down tail
-    that the server's steady state does not have. Needs per-chunk token counts (continuous usage).
+    that the server's steady state does not have. Needs per-chunk token counts (continuous usage)
+    of every record that streamed content; one that streamed none (cut before its first token)
+    adds nothing.
     """
     start, end = window
+    records = [r for r in records if r.num_chunks]
     if end <= start or not records or any(r.chunk_times_s is None or r.chunk_tokens is None for r in records):
         return None
     tokens = 0
