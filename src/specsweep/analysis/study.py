@@ -28,7 +28,7 @@ from specsweep.analysis.noise import run_to_run_noise
 from specsweep.analysis.rates import RatePrediction, predict_throughput
 from specsweep.analysis.recommendation import Recommendation, recommend_draft_length
 from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
-from specsweep.analysis.throughput import ThroughputModel, ThroughputObservation, fit_throughput_model
+from specsweep.analysis.throughput import ThroughputModel, fit_throughput_model, study_observations
 from specsweep.errors import FitError
 from specsweep.types import LevelFigures, MeasuredConfig, SpeculativeConfig, StudySettings
 
@@ -285,37 +285,6 @@ def _aggregate_fits(
 
 def _k(config: MeasuredConfig) -> int:
     return (config.spec.num_speculative_tokens or 0) if config.spec is not None else 0
-
-
-def study_observations(configs: Sequence[MeasuredConfig], workload: str) -> list[ThroughputObservation]:
-    """Every measured level of one workload as a throughput observation, weighted by its requests
-    (a per-batch-size table gives each level the k it ran). The search and the report both build
-    their step-time models from these."""
-    out = []
-    for config in configs:
-        for concurrency, row in config.results.get(workload, {}).items():
-            rate = row.output_tokens_per_s
-            if not rate or rate <= 0:
-                continue
-            candidate = candidate_of(config.spec, concurrency)
-            tokens_per_step = 1.0
-            if not candidate.off:
-                length = row.mean_acceptance_length
-                if not length:
-                    continue  # drafted but no acceptance: its step time is unknown
-                tokens_per_step = float(length)
-            out.append(
-                ThroughputObservation(
-                    num_speculative_tokens=candidate.num_speculative_tokens,
-                    concurrency=concurrency,
-                    output_tokens_per_s=float(rate),
-                    tokens_per_step=tokens_per_step,
-                    drafter=candidate.drafter,
-                    workload=workload,
-                    weight=float(row.requests or 1),
-                )
-            )
-    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsweep.analysis.drafters import OFF, Candidate, Drafter
+from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of
 from specsweep.errors import FitError
+from specsweep.types import MeasuredConfig
 
 FALLBACK_RELATIVE_SD = 0.07  # run-to-run spread of the user report's three single-stream runs
 
@@ -52,6 +53,37 @@ class ThroughputObservation:
     @property
     def step_time_s(self) -> float:
         return self.concurrency * self.tokens_per_step / self.output_tokens_per_s
+
+
+def study_observations(configs: Sequence[MeasuredConfig], workload: str) -> list[ThroughputObservation]:
+    """Every measured level of one workload as a throughput observation, weighted by its requests
+    (a per-batch-size table gives each level the k it ran). The search and the report both build
+    their step-time models from these."""
+    out = []
+    for config in configs:
+        for concurrency, row in config.results.get(workload, {}).items():
+            rate = row.output_tokens_per_s
+            if not rate or rate <= 0:
+                continue
+            candidate = candidate_of(config.spec, concurrency)
+            tokens_per_step = 1.0
+            if not candidate.off:
+                length = row.mean_acceptance_length
+                if not length:
+                    continue  # drafted but no acceptance: its step time is unknown
+                tokens_per_step = float(length)
+            out.append(
+                ThroughputObservation(
+                    num_speculative_tokens=candidate.num_speculative_tokens,
+                    concurrency=concurrency,
+                    output_tokens_per_s=float(rate),
+                    tokens_per_step=tokens_per_step,
+                    drafter=candidate.drafter,
+                    workload=workload,
+                    weight=float(row.requests or 1),
+                )
+            )
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -64,7 +64,7 @@ class SearchDecision:
     repeat: bool  # params were measured before: measure them again (not a duplicate to reuse)
     best_key: str | None
     best_objective: float | None
-    noise: Mapping[str, RunNoise]  # per workload, once some configuration was measured twice
+    noise: Mapping[str, RunNoise]  # per workload, once repeats or sibling pairs measured it
     candidates: tuple[CandidateScore, ...]
     models: Mapping[str, WorkloadModel]  # what the decision was made on (empty before any drafter ran)
     ties: tuple[str, ...] = ()  # at a stop: leaders that stayed tied, and what would separate them
@@ -181,7 +181,7 @@ def decide_next(
             f"{top.upper:.1f}; {drafter.label}'s step-time slope is known from one draft length only",
             **extra,
         )
-    if not noise and best is not None:
+    if not any(n.repeated for n in noise.values()) and best is not None:
         again = configs.get(best.key or "")
         if again is not None and again.key not in blocked:
             return decision(
@@ -216,7 +216,7 @@ def decide_next(
         )
     else:
         bound = "; no untried configuration's upper bound reaches the best measured in any cell"
-    noises = ", ".join(f"{w} {100 * n.relative_sd:.1f}%" for w, n in noise.items()) or "not measured"
+    noises = "; ".join(f"{w} {100 * n.relative_sd:.1f}% from {n.basis}" for w, n in noise.items()) or "not measured"
     ties = _ties(analysis, mconfigs, noise)
     return decision(
         None,

@@ -1,0 +1,94 @@
+"""Run-to-run noise from repeats and sibling pairs (analysis/noise.py), against known start factors."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from specsweep.analysis.noise import MIN_RELATIVE_SD, run_to_run_noise
+from specsweep.engines.vllm import validate_speculative_config
+from specsweep.types import BootFacts, LevelFigures, MeasuredConfig
+
+LEVELS = (1, 4)
+TOKENS_PER_STEP = {"greedy": 1.8, "probabilistic": 2.1}  # the methods accept differently
+
+
+def step_time(k: int, level: int, method: str) -> float:
+    """A rig's true step time: probabilistic drafting costs the same 3% of every step."""
+    return (0.020 + 0.002 * level) * (1 + 0.08 * k) * (1.03 if method == "probabilistic" else 1.0)
+
+
+def measured(trial: int, k: int, method: str, factor: float) -> MeasuredConfig:
+    """One server start of (k, method) whose step times are all ``factor`` times the truth."""
+    spec = validate_speculative_config({"method": "dspark", "num_speculative_tokens": k, "draft_sample_method": method})
+    rows = {}
+    for level in LEVELS:
+        e = TOKENS_PER_STEP[method]
+        rows[level] = LevelFigures(
+            concurrency=level, output_tokens_per_s=level * e / (step_time(k, level, method) * factor),
+            wall_clock_output_tokens_per_s=None, decode_tokens_per_s_p50=None, ttft_p95_s=None, errors=0,
+            requests=8, mean_acceptance_length=e,
+        )  # fmt: skip
+    return MeasuredConfig(
+        trial=trial, key=f"{k}-{method}", spec=spec, objective=0.0, feasible=True, results={"prose": rows},
+        boot=BootFacts(), startup_s=None,
+    )  # fmt: skip
+
+
+def test_nothing_repeated_and_no_sibling_pair_is_no_estimate() -> None:
+    configs = [measured(0, 1, "greedy", 1.0), measured(1, 2, "probabilistic", 1.3), measured(2, 3, "greedy", 0.8)]
+    assert run_to_run_noise(configs, "prose") is None
+
+
+def test_a_repeat_at_two_levels_is_one_degree_of_freedom() -> None:
+    # Both levels of a start share its factor: the two levels are not two independent draws.
+    configs = [measured(0, 2, "greedy", 1.0), measured(1, 2, "greedy", 1.2)]
+    noise = run_to_run_noise(configs, "prose")
+    assert noise is not None and noise.df == 1 and noise.repeated == 1 and noise.sibling_pairs == 0
+    assert noise.relative_sd == pytest.approx(math.log(1.2) / math.sqrt(2))
+
+
+def test_sibling_pairs_with_a_constant_cost_ratio_are_not_noise() -> None:
+    # Greedy and probabilistic at k = 1..4, every start exact: the 3% ratio is the model, not noise.
+    configs = [measured(2 * k + i, k, m, 1.0) for k in range(1, 5) for i, m in enumerate(("greedy", "probabilistic"))]
+    noise = run_to_run_noise(configs, "prose")
+    assert noise is not None and noise.repeated == 0 and noise.sibling_pairs == 4 and noise.df == 3
+    assert noise.relative_sd == MIN_RELATIVE_SD
+
+
+def test_one_slow_start_shows_against_its_sibling() -> None:
+    # The repeats all landed in similar starts, so alone they say 1%; the one start 40% slow,
+    # at k = 1 probabilistic, disagrees with its greedy sibling and the sibling at k = 5 does not.
+    configs = [
+        measured(0, 5, "greedy", 1.0), measured(1, 5, "probabilistic", 1.0), measured(2, 1, "probabilistic", 1.4),
+        measured(3, 5, "probabilistic", 1.01), measured(4, 1, "greedy", 1.0), measured(5, 1, "greedy", 0.99),
+    ]  # fmt: skip
+    repeats_only = run_to_run_noise([c for c in configs if c.trial != 2], "prose")
+    assert repeats_only is not None and repeats_only.relative_sd < 0.015
+    noise = run_to_run_noise(configs, "prose")
+    assert noise is not None and noise.sibling_pairs == 2
+    # Per level: repeats (k=5 p at 1 and 1.01, k=1 g at 1 and 0.99), 2 df; log ratios at k=1 and
+    # k=5, each of variance 1.5 starts', 1 df around their mean. Levels share starts: df 3.
+    repeats = (math.log(1.01) ** 2 + math.log(0.99) ** 2) / 2
+    d1, d5 = math.log(1.4) - math.log(0.99) / 2, math.log(1.01) / 2
+    siblings = 2 * ((d1 - d5) / 2) ** 2 / 1.5
+    assert noise.df == 3 and noise.relative_sd == pytest.approx(math.sqrt((repeats + siblings) / 3), rel=1e-6)
+    assert noise.relative_sd > 8 * repeats_only.relative_sd
+
+
+@pytest.mark.parametrize("sd", [0.05, 0.15])
+def test_the_estimate_recovers_a_known_start_variation(sd: float) -> None:
+    # Many seeded studies' worth of starts: each start draws one lognormal factor for all its levels.
+    rng = random.Random(7)
+    configs, trial = [], 0
+    for k in range(1, 9):
+        for method in ("greedy", "probabilistic"):
+            for _ in range(3):
+                configs.append(measured(trial, k, method, math.exp(rng.gauss(0.0, sd))))
+                trial += 1
+    noise = run_to_run_noise(configs, "prose")
+    assert noise is not None and noise.repeated == 16 and noise.sibling_pairs == 8
+    assert noise.df == 16 * 2 + 7  # per level: two per repeated configuration, and 8 pairs less one ratio
+    assert noise.relative_sd == pytest.approx(sd, rel=0.25)
