@@ -20,14 +20,16 @@ def step_time(k: int, level: int, method: str) -> float:
     return (0.020 + 0.002 * level) * (1 + 0.08 * k) * (1.03 if method == "probabilistic" else 1.0)
 
 
-def measured(trial: int, k: int, method: str, factor: float) -> MeasuredConfig:
-    """One server start of (k, method) whose step times are all ``factor`` times the truth."""
+def measured(trial: int, k: int, method: str, factor: float, *, per_level: tuple[float, ...] = ()) -> MeasuredConfig:
+    """One server start of (k, method) whose step times are all ``factor`` times the truth (times
+    ``per_level[i]`` at level i: noise of the level's own requests)."""
     spec = validate_speculative_config({"method": "dspark", "num_speculative_tokens": k, "draft_sample_method": method})
     rows = {}
-    for level in LEVELS:
+    for i, level in enumerate(LEVELS):
         e = TOKENS_PER_STEP[method]
+        own = per_level[i] if per_level else 1.0
         rows[level] = LevelFigures(
-            concurrency=level, output_tokens_per_s=level * e / (step_time(k, level, method) * factor),
+            concurrency=level, output_tokens_per_s=level * e / (step_time(k, level, method) * factor * own),
             wall_clock_output_tokens_per_s=None, decode_tokens_per_s_p50=None, ttft_p95_s=None, errors=0,
             requests=8, mean_acceptance_length=e,
         )  # fmt: skip
@@ -51,10 +53,11 @@ def test_a_repeat_at_two_levels_is_one_degree_of_freedom() -> None:
 
 
 def test_sibling_pairs_with_a_constant_cost_ratio_are_not_noise() -> None:
-    # Greedy and probabilistic at k = 1..4, every start exact: the 3% ratio is the model, not noise.
+    # Greedy and probabilistic at k = 1..4, every start exact: the 3% ratio is the model, not noise
+    # (3 degrees of freedom per level; residuals of 0 say nothing of the levels sharing starts).
     configs = [measured(2 * k + i, k, m, 1.0) for k in range(1, 5) for i, m in enumerate(("greedy", "probabilistic"))]
     noise = run_to_run_noise(configs, "prose")
-    assert noise is not None and noise.repeated == 0 and noise.sibling_pairs == 4 and noise.df == 3
+    assert noise is not None and noise.repeated == 0 and noise.sibling_pairs == 4 and noise.df == 6
     assert noise.relative_sd == MIN_RELATIVE_SD
 
 
@@ -92,3 +95,18 @@ def test_the_estimate_recovers_a_known_start_variation(sd: float) -> None:
     assert noise is not None and noise.repeated == 16 and noise.sibling_pairs == 8
     assert noise.df == 16 * 2 + 7  # per level: two per repeated configuration, and 8 pairs less one ratio
     assert noise.relative_sd == pytest.approx(sd, rel=0.25)
+
+
+def test_levels_that_share_their_starts_variation_count_once_and_unrelated_ones_add_up() -> None:
+    rng = random.Random(11)
+    runs = [(k, m) for k in range(1, 6) for m in ("greedy", "probabilistic") for _ in range(2)]
+    shared = [measured(i, k, m, math.exp(rng.gauss(0.0, 0.1))) for i, (k, m) in enumerate(runs)]
+    own = [
+        measured(i, k, m, 1.0, per_level=(math.exp(rng.gauss(0.0, 0.1)), math.exp(rng.gauss(0.0, 0.1))))
+        for i, (k, m) in enumerate(runs)
+    ]
+    per_level = 10 + 4  # 10 repeated configurations, 5 sibling ratios less their mean
+    a, b = run_to_run_noise(shared, "prose"), run_to_run_noise(own, "prose")
+    assert a is not None and b is not None
+    assert a.level_correlation > 0.9 and a.df == per_level  # a start slow at one level is slow at both
+    assert b.level_correlation < 0.5 and b.df > 1.6 * per_level  # nearly independent draws: close to 28

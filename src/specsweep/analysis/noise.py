@@ -21,9 +21,12 @@ differences between workloads are never part of it. Sibling pairs matter most wh
 was unlucky: a configuration measured once in a slow start looks far behind its sibling at the
 same k, and that spread is the evidence that it is noise, not the configuration.
 
-Degrees of freedom are counted once per server start, not once per level: every level of one
-start shares that start's variation, so a start measured at two levels is not two independent
-draws. The degrees of freedom are those of the level with the most.
+Degrees of freedom: each level gives its own (the starts and ratios beyond their means), but
+levels measured in the same starts share those starts' variation. Where a slow start is slow at
+every level (the residuals of one start alike across levels, correlation rho), pooling L levels
+adds little: the pooled sum of squares has df / (1 + (L - 1) rho^2) degrees of freedom, never
+fewer than the level with the most. Where the levels' residuals are unrelated (noise that comes
+from the requests, not the start), the levels' degrees of freedom add up.
 
 Pure: no I/O.
 """
@@ -31,8 +34,8 @@ Pure: no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
 
 from specsweep.analysis.drafters import Drafter
 from specsweep.analysis.throughput import study_observations
@@ -47,9 +50,10 @@ class RunNoise:
 
     workload: str
     relative_sd: float  # floored at MIN_RELATIVE_SD
-    df: int  # degrees of freedom: independent server starts beyond what the means and ratios used
+    df: int  # effective degrees of freedom (levels that share starts count less; see the module doc)
     repeated: int  # configurations measured in more than one server start
     sibling_pairs: int = 0  # draft lengths where both draft methods of one drafter were measured
+    level_correlation: float = 0.0  # how alike the levels' residuals are in the starts they share
 
     def separating_starts(self, difference: float, *, z: float = 2.8) -> int:
         """Server starts of each of two configurations that separate a relative ``difference``
@@ -73,23 +77,34 @@ class RunNoise:
 class _Level:
     squares: float = 0.0
     df: int = 0
+    # per unit (a server start, or a sibling pair at one k): its residual in units of one start's sd
+    residuals: dict[Hashable, float] = field(default_factory=dict)
+
+
+Cells = dict[tuple[Drafter | None, int], dict[int, list[tuple[int, float]]]]  # (drafter, k) -> level -> (trial, log T)
 
 
 def run_to_run_noise(configs: Sequence[MeasuredConfig], workload: str) -> RunNoise | None:
     """The run-to-run relative sd of ``workload`` from repeats and sibling pairs (None: neither was measured)."""
-    cells: dict[tuple[int, Drafter | None, int], list[float]] = {}
-    for o in study_observations([c for c in configs if c.feasible], workload):
-        cells.setdefault((o.concurrency, o.drafter, o.num_speculative_tokens), []).append(math.log(o.step_time_s))
+    cells: Cells = {}
+    for config in configs:
+        if not config.feasible:
+            continue
+        for o in study_observations([config], workload):
+            at = cells.setdefault((o.drafter, o.num_speculative_tokens), {}).setdefault(o.concurrency, [])
+            at.append((config.trial, math.log(o.step_time_s)))
     levels: dict[int, _Level] = {}
     repeated: set[tuple[Drafter | None, int]] = set()
-    for (level, drafter, k), logs in cells.items():
-        if len(logs) < 2:
-            continue
-        mean = sum(logs) / len(logs)
-        row = levels.setdefault(level, _Level())
-        row.squares += sum((x - mean) ** 2 for x in logs)
-        row.df += len(logs) - 1
-        repeated.add((drafter, k))
+    for key, by_level in cells.items():
+        for level, points in by_level.items():
+            if len(points) < 2:
+                continue
+            mean = sum(x for _, x in points) / len(points)
+            row = levels.setdefault(level, _Level())
+            row.squares += sum((x - mean) ** 2 for _, x in points)
+            row.df += len(points) - 1
+            row.residuals.update((("start", trial), x - mean) for trial, x in points)
+            repeated.add(key)
     pairs: set[tuple[str, int]] = set()
     for (level, method), ratios in _sibling_ratios(cells).items():
         if len(ratios) < 2:
@@ -100,32 +115,55 @@ def run_to_run_noise(configs: Sequence[MeasuredConfig], workload: str) -> RunNoi
         row = levels.setdefault(level, _Level())
         row.squares += sum((d - mean) ** 2 / v for _, d, v in ratios)
         row.df += len(ratios) - 1
+        row.residuals.update((("pair", method, k), (d - mean) / math.sqrt(v)) for k, d, v in ratios)
         pairs.update((method, k) for k, _, _ in ratios)
     used = [row for row in levels.values() if row.df > 0]
     if not used:
         return None
-    sd = math.sqrt(sum(r.squares for r in used) / sum(r.df for r in used))
+    df = sum(r.df for r in used)
+    sd = math.sqrt(sum(r.squares for r in used) / df)
+    # Levels measured in the same starts share those starts' variation: their sums of squares are
+    # correlated by rho^2 and carry df / (1 + (L - 1) rho^2) degrees of freedom, not df.
+    rho = _level_correlation(used)
+    effective = max(*(r.df for r in used), round(df / (1 + (len(used) - 1) * rho**2)))
     return RunNoise(
         workload=workload,
         relative_sd=max(sd, MIN_RELATIVE_SD),
-        df=max(r.df for r in used),
+        df=effective,
         repeated=len(repeated),
         sibling_pairs=len(pairs),
+        level_correlation=rho,
     )
 
 
-def _sibling_ratios(
-    cells: dict[tuple[int, Drafter | None, int], list[float]],
-) -> dict[tuple[int, str], list[tuple[int, float, float]]]:
+def _level_correlation(levels: Sequence[_Level]) -> float:
+    """How alike two levels' residuals are in the units (starts, sibling pairs) both measured,
+    averaged over pairs of levels weighted by the units they share; 0 to 1."""
+    total, weight = 0.0, 0
+    for i, a in enumerate(levels):
+        for b in levels[i + 1 :]:
+            units = a.residuals.keys() & b.residuals.keys()
+            if len(units) < 2:
+                continue
+            cross = sum(a.residuals[u] * b.residuals[u] for u in units)
+            norm = math.sqrt(sum(a.residuals[u] ** 2 for u in units) * sum(b.residuals[u] ** 2 for u in units))
+            if norm > 0:
+                total, weight = total + len(units) * cross / norm, weight + len(units)
+    return min(max(total / weight, 0.0), 1.0) if weight else 0.0
+
+
+def _sibling_ratios(cells: Cells) -> dict[tuple[int, str], list[tuple[int, float, float]]]:
     """Per (level, drafter method): (k, log step-time ratio of probabilistic over greedy, its
     variance in units of one start's) at every k where both draft methods were measured."""
     out: dict[tuple[int, str], list[tuple[int, float, float]]] = {}
-    for (level, drafter, k), greedy in cells.items():
+    for (drafter, k), by_level in cells.items():
         if drafter is None or drafter.draft_sample_method != "greedy":
             continue
-        other = cells.get((level, Drafter(method=drafter.method, draft_sample_method="probabilistic"), k))
-        if not other:
-            continue
-        ratio = sum(other) / len(other) - sum(greedy) / len(greedy)
-        out.setdefault((level, drafter.method), []).append((k, ratio, 1 / len(other) + 1 / len(greedy)))
+        other = cells.get((Drafter(method=drafter.method, draft_sample_method="probabilistic"), k), {})
+        for level, greedy in by_level.items():
+            stochastic = other.get(level)
+            if not stochastic:
+                continue
+            ratio = sum(x for _, x in stochastic) / len(stochastic) - sum(x for _, x in greedy) / len(greedy)
+            out.setdefault((level, drafter.method), []).append((k, ratio, 1 / len(stochastic) + 1 / len(greedy)))
     return out
