@@ -1,6 +1,7 @@
 """`specsweep watch` against the emulator's truth: one modelled hour of changing traffic per run.
 
-    python bench/watch_accuracy.py [--seeds 10] [--profiles a,b] [--time-scale 100] [--interval 0.25]
+    python bench/watch_accuracy.py [--seeds 10] [--profiles a,b] [--rig exact|study] [--time-scale 100]
+        [--interval 0.25]
 
 Per bundled profile and seed: the emulator serves the bundled day-night schedule itself (four
 windows of 15 modelled minutes: prose-heavy at 1 and 3 streams, technical-heavy at 4 and 1) at
@@ -8,8 +9,12 @@ the profile's "today" draft length; watch's live poll (runtime/poll.py, the code
 ``watch --endpoint``) reads /metrics every --interval wall seconds for one modelled hour, and
 the windows are analysed as ``watch --window 15m`` does, aligned with the schedule's windows.
 
-The rig is the emulator model's own step times (tests/builders.exact_rig), so what is measured
-is watch's estimation from counters and gauge samples, not a rig's measurement error. The truth
+``--rig exact`` (the default) uses the emulator model's own step times (tests/builders.exact_rig),
+so what is measured is watch's estimation from counters and gauge samples, not a rig's
+measurement error. ``--rig study`` makes the rig as a user does, from an earlier study on the
+same rig: per profile and seed, a grid study of prose (speculation off and k = 1..8,
+probabilistic, at 1 and 4 streams, 12 requests of 600 tokens per level, its own emulator seed),
+whose rig.json watch then uses; the error of the rig's measurement is then in the figures too. The truth
 of a window is the emulator's model of it under every k (emulator/traffic.py) for the mix it
 really served (its drafts-per-class counter: a window holds a few dozen requests, whose mix is
 not quite the nominal one) and, beside it, for the nominal mix.
@@ -33,7 +38,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.builders import exact_rig
+from tests.builders import emulator_study, exact_rig, specsweep, write_study
 
 from specsweep.analysis.series import intervals_from_snapshots
 from specsweep.analysis.watch import WatchSettings, analyse_windows
@@ -44,6 +49,7 @@ from specsweep.engines.registry import engine_info
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
 from specsweep.runtime.poll import PollMissed, poll_metrics
+from specsweep.tuning.rig_file import RIG_FILE, load_rig
 from specsweep.tuning.watch import series_names
 
 RUNNING_K = {"dgx-spark-v4-flash": 5, "l40s-llama-8b-eagle3": 4}  # what the user runs today
@@ -72,7 +78,26 @@ def drafts_at(snapshots, at: float) -> dict[str, float]:
     return {labels["content_class"]: value for labels, value in nearest.values(TRUTH_COUNTER)}
 
 
-def run_once(profile_name: str, seed: int, *, time_scale: float, interval_s: float, folder: Path) -> list[dict]:
+def study_rig(profile_name: str, seed: int, *, time_scale: float, folder: Path):
+    """The rig of a prose grid study on the emulator (module doc), as ``specsweep study`` writes it."""
+    name = f"rig-{profile_name}-{seed}"
+    fields = {**FIELDS.get(profile_name, {}), "method": load_profile(profile_name).methods[0]}
+    data = emulator_study(
+        name, seed=1000 + seed, time_scale=time_scale, profile=profile_name, k=(1, K_MAX),
+        workloads={"prose": 1.0}, concurrency=(1, 4), requests=12, max_tokens=600,
+        temperature=load_profile(profile_name).reference_temperature,
+        study={"sampler": "grid"}, search={"draft_sample_method": "probabilistic", "fixed": fields},
+    )  # fmt: skip
+    config = write_study(folder / f"{name}.toml", data)
+    done = specsweep("study", "--config", str(config), "--studies-dir", str(folder), timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"the rig study {name} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+    return load_rig(folder / name / RIG_FILE)
+
+
+def run_once(
+    profile_name: str, seed: int, *, time_scale: float, interval_s: float, folder: Path, rig_kind: str = "exact"
+) -> list[dict]:
     schedule = load_schedule("day-night")
     running = spec(profile_name, RUNNING_K[profile_name])
     port = free_port()
@@ -99,7 +124,11 @@ def run_once(profile_name: str, seed: int, *, time_scale: float, interval_s: flo
         poll_metrics(url, interval_s=interval_s, wanted=lambda _s: [*names.wanted(), TRUTH_COUNTER], on_snapshot=keep)
     finally:
         server.stop(grace_s=5)
-    rig = exact_rig(profile_name, load_profile(profile_name).methods[0], k_max=K_MAX, fields=FIELDS.get(profile_name))
+    if rig_kind == "study":
+        rig = study_rig(profile_name, seed, time_scale=time_scale, folder=folder)
+    else:
+        method = load_profile(profile_name).methods[0]
+        rig = exact_rig(profile_name, method, k_max=K_MAX, fields=FIELDS.get(profile_name))
     settings = WatchSettings(
         names=names, engine="emulator", rig=rig, drafter=rig.drafters[0], running_config=running,
         window_s=900 / time_scale, time_scale=time_scale, seed=seed,
@@ -136,6 +165,12 @@ def main() -> None:
     parser.add_argument("--profiles", default=",".join(bundled_profile_names()))
     parser.add_argument("--time-scale", type=float, default=100.0)
     parser.add_argument("--interval", type=float, default=0.25, help="wall seconds between reads of /metrics")
+    parser.add_argument(
+        "--rig",
+        choices=("exact", "study"),
+        default="exact",
+        help="the emulator's own step times, or a rig a prose study measured (module doc)",
+    )
     parser.add_argument("--json", type=Path, help="also write every row here")
     args = parser.parse_args()
     every = []
@@ -145,7 +180,7 @@ def main() -> None:
             for seed in range(args.seeds):
                 began = time.time()
                 found = run_once(profile_name, seed, time_scale=args.time_scale, interval_s=args.interval,
-                                 folder=Path(tmp))  # fmt: skip
+                                 folder=Path(tmp), rig_kind=args.rig)  # fmt: skip
                 for r in found:
                     print(
                         f"{profile_name} seed {seed} {r['window']:8s} streams {r['streams']}: chosen k={r['chosen']} "
