@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
+import time
+from dataclasses import replace
 
 import pytest
 
 from specsweep.analysis.levels import summarize_level
 from specsweep.analysis.stopping import MIN_REQUEST_SD, LevelTarget, Z, estimate_rate, stop_reason
+from specsweep.runtime.driver import PromptCycle, run_closed_loop
 from specsweep.types import RequestRecord
+from specsweep.workload import load_workload
 
 
 def requests(rates: list[float], tokens: int = 600) -> list[RequestRecord]:
@@ -59,6 +64,47 @@ def test_a_precise_level_stops_a_noisy_one_goes_on() -> None:
     assert Z * estimate_rate(noisy, 1).relative_se > 0.03
 
 
+def drafted(per_step: list[float], step_s: float = 0.05, tokens: int = 601) -> list[RequestRecord]:
+    """Answered requests whose texts draft differently (tokens per decode step) at one step time:
+    one content chunk per step, as vLLM streams them."""
+    out = []
+    for i, e in enumerate(per_step):
+        steps = round((tokens - 1) / e)
+        chunks = (1, *[(tokens - 1) // steps] * (steps - 1), (tokens - 1) - (tokens - 1) // steps * (steps - 1))
+        span = steps * step_s
+        out.append(
+            RequestRecord(prompt_id=str(i), started_at=0.0, max_tokens=tokens, completion_tokens=tokens,
+                          ttft_s=0.1, last_token_s=0.1 + span, latency_s=0.1 + span, num_chunks=len(chunks),
+                          chunk_tokens=chunks)
+        )  # fmt: skip
+    return out
+
+
+def test_precision_is_the_step_times_not_the_rates_that_the_text_moves() -> None:
+    """Four requests whose texts draft 2.0 to 3.0 tokens per step at one step time: their rates
+    spread 17%, their step times agree, so the level is precise (acceptance is the counters'
+    part). Without per-step counts the rates' spread is all it has, and it goes on."""
+    records = drafted([2.0, 3.0, 2.5, 2.2])
+    estimate = estimate_rate(records, concurrency=1)
+    rates = [600 / (r.last_token_s - r.ttft_s) for r in records]
+    assert max(rates) / min(rates) > 1.4
+    assert estimate.step_time_relative_se == pytest.approx(MIN_REQUEST_SD / 2, rel=0.02)
+    assert Z * estimate.relative_se > 0.1
+    assert stop_reason(target(min_requests=4), records) == "precise"
+    plain = [replace(r, chunk_tokens=None) for r in records]
+    assert estimate_rate(plain, 1).step_time_relative_se == estimate_rate(plain, 1).relative_se
+    assert stop_reason(target(min_requests=4), plain) is None
+    # llama.cpp counts accepted drafts per request instead of streaming a step per chunk
+    counted = [replace(r, chunk_tokens=(1,) * 601, draft_n_accepted=600 - (len(r.chunk_tokens or ()) - 1))
+               for r in records]  # fmt: skip
+    assert estimate_rate(counted, 1).step_time_relative_se == pytest.approx(MIN_REQUEST_SD / 2, rel=0.02)
+    # step times that do spread keep it going
+    uneven = [replace(r, last_token_s=0.1 + (r.last_token_s - 0.1) * f, latency_s=None) for r, f in
+              zip(records, (0.9, 1.1, 0.9, 1.1), strict=True)]  # fmt: skip
+    uneven = [replace(r, latency_s=r.last_token_s) for r in uneven]
+    assert stop_reason(target(min_requests=4), uneven) is None
+
+
 def test_a_configuration_far_behind_the_best_stops_one_far_ahead_too_a_close_one_goes_on() -> None:
     spread = requests([27.0, 33.0, 27.0])  # 30 tok/s, about 12% z se
     assert stop_reason(target(best_tokens_per_s=40.0, best_noise=0.01), spread) == "cannot win"
@@ -105,3 +151,64 @@ def test_the_saturated_window_counts_cut_requests_by_their_chunks() -> None:
     assert summary.saturated_output_tokens_per_s == pytest.approx((12 + 4) / 2.0)
     assert summary.requests == 2 and summary.cut_requests == 2 and summary.errors == 0
     assert summary.output_tokens == 12  # answered requests' usage only
+
+
+class _SharedTimeline:
+    """A client against a fake server that runs every stream in one shared timeline, as an
+    engine's step loop does: a request's prefill is a step of its own that holds every stream
+    (no tokens for anyone while it runs), then it streams one token per decode step. Request n
+    decodes 30 + 4n tokens, so a round's answers come one after another."""
+
+    def __init__(self, step_s: float = 0.004, prefill_s: float = 0.03) -> None:
+        self.step_s, self.prefill_s = step_s, prefill_s
+        self.sent = 0
+        self.prefilling = 0
+
+    async def stream(self, prompt, *, max_tokens: int, temperature: float, cut=None) -> RequestRecord:
+        n, self.sent = self.sent, self.sent + 1
+        started = time.perf_counter()
+        self.prefilling += 1
+        await asyncio.sleep(self.prefill_s)
+        self.prefilling -= 1
+        times: list[float] = []
+        for _ in range(30 + 4 * n):
+            while self.prefilling:  # another request's prefill holds the step loop
+                await asyncio.sleep(self.step_s / 4)
+            await asyncio.sleep(self.step_s)
+            times.append(time.perf_counter() - started)
+            if cut is not None and cut.is_set():
+                return RequestRecord(
+                    prompt_id=str(n), started_at=started, max_tokens=max_tokens, cut=True, num_chunks=len(times),
+                    chunk_tokens=(1,) * len(times), chunk_times_s=tuple(times),
+                )  # fmt: skip
+        return RequestRecord(
+            prompt_id=str(n), started_at=started, max_tokens=max_tokens, completion_tokens=len(times),
+            ttft_s=times[0], last_token_s=times[-1], latency_s=times[-1], num_chunks=len(times),
+            chunk_tokens=(1,) * len(times), chunk_times_s=tuple(times),
+        )  # fmt: skip
+
+
+def test_a_stopped_levels_window_ends_where_the_first_cut_request_began() -> None:
+    """One round of four streams stopped at four answers: each of the first three answers sent a
+    request that was then cut, after its prefill had held every stream. The saturated window ends
+    where the first of them began, so no prefill without tokens is charged to the level and no
+    cut request's token is in it; every stream was busy with its answered request until then."""
+    prompts = PromptCycle(load_workload("prose"), seed=0)
+
+    def four(records) -> str | None:
+        return "precise" if len(records) >= 4 else None
+
+    loop = run_closed_loop(
+        _SharedTimeline(), prompts, concurrency=4, requests=32, max_tokens=600, temperature=0.0, stop=four
+    )
+    run = asyncio.run(loop)
+    assert len(run.records) == 4 and len(run.cut) == 3
+    first_cut = min(r.started_at for r in run.cut)
+    first_answer = min(r.started_at + (r.latency_s or 0.0) for r in run.records)
+    assert run.saturated_until == pytest.approx(first_cut, abs=1e-9)
+    assert first_answer <= run.saturated_until < max(r.started_at + (r.latency_s or 0.0) for r in run.records)
+    summary = summarize_level(list(run.records), concurrency=4, wall_s=run.wall_s, delta=None,
+                              window=(run.started_at, run.saturated_until), cut=run.cut)  # fmt: skip
+    in_window = sum(1 for r in run.records for t in r.chunk_times_s or () if r.started_at + t <= run.saturated_until)
+    assert summary.saturated_output_tokens_per_s == pytest.approx(in_window / (run.saturated_until - run.started_at))
+    assert all(r.started_at >= run.saturated_until for r in run.cut)

@@ -13,8 +13,14 @@ requests in flight (runtime/driver.py), when
   this far behind is not worth another request;
 - **it is clearly ahead**: its lower bound R (1 - z se) is above the best's upper bound: the new
   leader, which the search measures again anyway (docs/search.md);
-- **it is precise enough**: z se <= ``precision``, the half-width of its 95% interval relative
-  to R; finer than the run-to-run noise between server starts would buy nothing;
+- **it is precise enough**: z se_T <= ``precision``, the half-width of the 95% interval of its
+  decode step time relative to it; finer than the run-to-run noise between server starts would
+  buy nothing. se_T is the spread of the requests' own step times (decode span over decode
+  steps), not of their rates: a request's rate moves with how well its text is drafted, and
+  acceptance is the counters' part (pooled over every level of the drafter), while what the
+  level alone tells is the step time (analysis/throughput.py fits step times). A request's
+  decode steps are counted from its own fields: llama.cpp's accepted drafts, SGLang's
+  verification steps, else its content chunks (one per step on vLLM). Without any, se_T is se;
 - or it reached ``max_requests``.
 
 It never stops before ``min_requests``: one request per stream at B >= 2, two at B = 1, and
@@ -55,22 +61,55 @@ class LevelTarget:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RateEstimate:
-    """The level's aggregate rate from the requests answered so far, and its relative se."""
+    """The level's aggregate rate from the requests answered so far, its relative se, and the
+    relative se of its decode step time (the rate's where the requests do not count their steps)."""
 
     tokens_per_s: float
     relative_se: float
     requests: int
+    step_time_relative_se: float
 
 
 def estimate_rate(records: Sequence[RequestRecord], concurrency: int) -> RateEstimate | None:
     """B times the mean per-request rate (tokens over latency) of the answered requests."""
-    rates = [r.completion_tokens / r.latency_s for r in records if r.ok and r.completion_tokens and r.latency_s]
-    if not rates:
+    answered = [r for r in records if r.ok and r.completion_tokens and r.latency_s]
+    if not answered:
         return None
-    mean = sum(rates) / len(rates)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in rates) / (len(rates) - 1)) if len(rates) > 1 else 0.0
-    relative_se = max(sd / mean if mean > 0 else 0.0, MIN_REQUEST_SD) / math.sqrt(len(rates))
-    return RateEstimate(tokens_per_s=concurrency * mean, relative_se=relative_se, requests=len(rates))
+    rates = [(r.completion_tokens or 0) / (r.latency_s or 1.0) for r in answered]
+    relative_se = _relative_se(rates)
+    steps = [request_step_time_s(r) for r in answered]
+    known = [t for t in steps if t is not None]
+    step_se = _relative_se(known) if len(known) == len(steps) else relative_se
+    return RateEstimate(
+        tokens_per_s=concurrency * sum(rates) / len(rates),
+        relative_se=relative_se,
+        requests=len(rates),
+        step_time_relative_se=step_se,
+    )
+
+
+def request_step_time_s(record: RequestRecord) -> float | None:
+    """A request's mean decode step time: its first-to-last-token span over its decode steps
+    (None where its fields do not count them, or it decoded nothing)."""
+    if record.ttft_s is None or record.last_token_s is None or not record.completion_tokens:
+        return None
+    span = record.last_token_s - record.ttft_s
+    if record.spec_verify_ct:
+        steps = float(record.spec_verify_ct) - 1.0  # the first token's step is the prefill's
+    elif record.draft_n_accepted is not None:
+        steps = record.completion_tokens - 1.0 - record.draft_n_accepted
+    elif record.chunk_tokens:
+        steps = len(record.chunk_tokens) - 1.0
+    else:
+        return None
+    return span / steps if steps >= 1 and span > 0 else None
+
+
+def _relative_se(values: Sequence[float]) -> float:
+    """sd / mean over sqrt(n), the sd never below MIN_REQUEST_SD."""
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return max(sd / mean if mean > 0 else 0.0, MIN_REQUEST_SD) / math.sqrt(len(values))
 
 
 def stop_reason(target: LevelTarget, records: Sequence[RequestRecord]) -> str | None:
@@ -90,6 +129,6 @@ def stop_reason(target: LevelTarget, records: Sequence[RequestRecord]) -> str | 
             return "cannot win"
         if estimate.tokens_per_s * (1 - spread) > target.best_tokens_per_s * (1 + margin):
             return "clearly ahead"
-    if Z * estimate.relative_se <= target.precision:
+    if Z * estimate.step_time_relative_se <= target.precision:
         return "precise"
     return None
