@@ -67,6 +67,8 @@ class Cell:
     regret: float  # of the recommendation
     snippet_regret: float  # of the paste read at this concurrency
     tied_best: bool  # the recommendation names the truth's best among its tied leaders
+    # the paste runs one of the leaders (the recommendation or one tied with it), the truth's best among them
+    snippet_tied_best: bool = False
 
 
 def run_study(
@@ -117,6 +119,7 @@ def score(outcome: StudyOutcome, profile_name: str, *, seed: int = 0, levels: tu
             rec = analysis.recommendation(workload, level)
             pick = rec.choice if rec is not None else None
             pasted = candidate_of(plan.spec, level) if plan is not None else None
+            leaders = {rec.choice, *rec.tied} if rec is not None else set()
             cells.append(
                 Cell(
                     workload=workload,
@@ -126,6 +129,7 @@ def score(outcome: StudyOutcome, profile_name: str, *, seed: int = 0, levels: tu
                     regret=1.0 - rates.get(pick, 0.0) / rates[best] if pick is not None else 1.0,
                     snippet_regret=1.0 - rates.get(pasted, 0.0) / rates[best] if pasted is not None else 1.0,
                     tied_best=rec is not None and best in rec.tied,
+                    snippet_tied_best=best in leaders and pasted in leaders,
                 )
             )
     return cells

@@ -15,7 +15,10 @@ from the emulator's model (compute_truth: the closed-loop rate of the same reque
 draft methods). Scored per cell: the recommendation, and the snippet (the spec config pasted,
 read at that concurrency, per-batch-size table and draft method included). A cell whose pick
 misses by more than 2% but whose recommendation names the truth's best among its tied leaders
-is counted as "tied, best named". The last line:
+is counted as "tied, best named"; so is a paste that runs one of the cell's leaders (the
+recommendation or a configuration named tied with it) while the truth's best is among them
+(where levels want different drafters and one spec config runs one drafter, the paste gives way
+at some level; among candidates the study cannot tell apart, that is a tie too). The last line:
 
     worst regret (recommendation and snippet, every cell): X%; mean: Y%
 """
@@ -72,8 +75,8 @@ def main() -> None:
             for index, (workload, level) in enumerate((w, b) for w in WORKLOADS for b in levels):
                 cells = [cells[index] for _, cells in runs]
                 for cell in cells:
-                    for regret in (cell.regret, cell.snippet_regret):
-                        if regret > MISS and cell.tied_best and noise == "on":
+                    for regret, named in ((cell.regret, cell.tied_best), (cell.snippet_regret, cell.snippet_tied_best)):
+                        if regret > MISS and named and noise == "on":
                             excused += 1  # the study said it could not tell its pick from the best
                         else:
                             regrets.append(regret)

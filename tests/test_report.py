@@ -182,7 +182,7 @@ def test_one_paste_runs_one_drafter_and_says_what_another_level_gives_up() -> No
     greedy = Drafter(method="dspark", draft_sample_method="greedy")
     prob = Drafter(method="dspark", draft_sample_method="probabilistic")
 
-    def rec(level: int, rates: dict) -> Recommendation:
+    def rec(level: int, rates: dict, tied: tuple[Candidate, ...] = ()) -> Recommendation:
         rows = tuple(
             CandidateRate(
                 candidate=c, tokens_per_s=r, tokens_per_s_low=r, tokens_per_s_high=r, shortfall_tokens_per_s=0.0,
@@ -195,7 +195,7 @@ def test_one_paste_runs_one_drafter_and_says_what_another_level_gives_up() -> No
         return Recommendation(
             workload="w", concurrency=level, choice=choice, speculation_off=False, tokens_per_s=rates[choice],
             tokens_per_s_low=rates[choice], tokens_per_s_high=rates[choice], measured_tokens_per_s=rates[choice],
-            tied=(), measured=True, gain_over_off=None, gain_over_baseline=None, reason="", candidates=rows,
+            tied=tied, measured=True, gain_over_off=None, gain_over_baseline=None, reason="", candidates=rows,
             confidence=0.95, draws=1, seed=0,
         )  # fmt: skip
 
@@ -213,6 +213,11 @@ def test_one_paste_runs_one_drafter_and_says_what_another_level_gives_up() -> No
     assert [b.end for b in plan.table][-1] == 32
     (given_up,) = plan.given_up
     assert "at concurrency 16 the recommendation is k=1 dspark (greedy)" in given_up and "1.9% slower" in given_up
+    assert "tied" not in given_up
+    # where the study could not tell the two apart, the paste says so
+    recs[1] = rec(16, {OFF: 200.0, at(prob, 1): 206.0, at(greedy, 1): 210.0}, tied=(at(prob, 1),))
+    (given_up,) = plan_snippet("w", recs, templates, max_num_seqs=32).given_up
+    assert given_up.endswith("the study cannot tell the two apart (tied)")
 
 
 def test_figure_data_shows_what_the_analysis_holds(tmp_path) -> None:

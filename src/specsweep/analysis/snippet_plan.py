@@ -83,6 +83,7 @@ def plan_snippet(
     given_up = [
         f"at concurrency {b} the recommendation is {picks[b].candidate.label}; the paste runs {row.candidate.label} "
         f"there, predicted {100 * cost:.1f}% slower (one spec config runs one drafter)"
+        + ("; the study cannot tell the two apart (tied)" if row.candidate in by_rec[b].tied else "")
         for b, (row, cost) in sorted(runs.items())
         if row.candidate != picks[b].candidate
     ]
