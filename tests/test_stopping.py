@@ -159,13 +159,15 @@ class _SharedTimeline:
     (no tokens for anyone while it runs), then it streams one token per decode step. Request n
     decodes 30 + 4n tokens, so a round's answers come one after another."""
 
-    def __init__(self, step_s: float = 0.004, prefill_s: float = 0.03) -> None:
-        self.step_s, self.prefill_s = step_s, prefill_s
+    def __init__(self, step_s: float = 0.004, prefill_s: float = 0.03, late_s: float = 0.02) -> None:
+        self.step_s, self.prefill_s, self.late_s = step_s, prefill_s, late_s
         self.sent = 0
         self.prefilling = 0
 
     async def stream(self, prompt, *, max_tokens: int, temperature: float, cut=None) -> RequestRecord:
         n, self.sent = self.sent, self.sent + 1
+        if n == 3:
+            await asyncio.sleep(self.late_s)  # the fourth stream's first request leaves late
         started = time.perf_counter()
         self.prefilling += 1
         await asyncio.sleep(self.prefill_s)
@@ -188,11 +190,12 @@ class _SharedTimeline:
         )  # fmt: skip
 
 
-def test_a_stopped_levels_window_ends_where_the_first_cut_request_began() -> None:
+def test_a_stopped_levels_window_is_where_every_stream_was_busy() -> None:
     """One round of four streams stopped at four answers: each of the first three answers sent a
     request that was then cut, after its prefill had held every stream. The saturated window ends
     where the first of them began, so no prefill without tokens is charged to the level and no
-    cut request's token is in it; every stream was busy with its answered request until then."""
+    cut request's token is in it; every stream was busy with its answered request until then. It
+    starts when the last stream sent its first request (here 20 ms late), not when the level did."""
     prompts = PromptCycle(load_workload("prose"), seed=0)
 
     def four(records) -> str | None:
@@ -206,9 +209,12 @@ def test_a_stopped_levels_window_ends_where_the_first_cut_request_began() -> Non
     first_cut = min(r.started_at for r in run.cut)
     first_answer = min(r.started_at + (r.latency_s or 0.0) for r in run.records)
     assert run.saturated_until == pytest.approx(first_cut, abs=1e-9)
+    assert run.saturated_from == pytest.approx(max(r.started_at for r in run.records), abs=1e-9)
+    assert run.saturated_from - run.started_at >= 0.02
     assert first_answer <= run.saturated_until < max(r.started_at + (r.latency_s or 0.0) for r in run.records)
-    summary = summarize_level(list(run.records), concurrency=4, wall_s=run.wall_s, delta=None,
-                              window=(run.started_at, run.saturated_until), cut=run.cut)  # fmt: skip
-    in_window = sum(1 for r in run.records for t in r.chunk_times_s or () if r.started_at + t <= run.saturated_until)
-    assert summary.saturated_output_tokens_per_s == pytest.approx(in_window / (run.saturated_until - run.started_at))
+    window = (run.saturated_from, run.saturated_until)
+    summary = summarize_level(list(run.records), concurrency=4, wall_s=run.wall_s, delta=None, window=window,
+                              cut=run.cut)  # fmt: skip
+    in_window = sum(1 for r in run.records for t in r.chunk_times_s or () if window[0] <= r.started_at + t <= window[1])
+    assert summary.saturated_output_tokens_per_s == pytest.approx(in_window / (window[1] - window[0]))
     assert all(r.started_at >= run.saturated_until for r in run.cut)

@@ -24,7 +24,9 @@ class LevelRun:
     started_at: float
     ended_at: float
     records: tuple[RequestRecord, ...]
-    # closed loop: when the first stream ran out of requests (or began the request that was cut)
+    # closed loop: when the last stream sent its first request, and when the first stream ran out
+    # of requests (or began the request that was cut): every stream busy in between
+    saturated_from: float | None = None
     saturated_until: float | None = None
     stopped_by: str | None = None  # closed loop with a stop rule: why it stopped before its last request
     cut: tuple[RequestRecord, ...] = ()  # requests in flight when it stopped, closed mid-stream
@@ -75,11 +77,17 @@ async def run_closed_loop(
     stopped: list[str] = []
     cutting = asyncio.Event()
 
+    first_sent: list[float] = []  # when each stream sent its first request
+
     async def worker() -> None:
+        first = True
         while not stopped and next(counter) < requests:
             record = await client.stream(
                 prompts.next(), max_tokens=max_tokens, temperature=temperature, cut=cutting
             )  # fmt: skip
+            if first:
+                first_sent.append(record.started_at)
+                first = False
             if record.cut:
                 cut.append(record)
                 break
@@ -101,11 +109,14 @@ async def run_closed_loop(
     # is then cut; counting those would charge up to B - 1 prefills the window got no tokens for
     # (3% low on a fast 8B model at 4 streams).
     until = [*saturated_until, *(r.started_at for r in cut)]
+    # The window also starts only once every stream has sent its first request: a stream whose
+    # first request left late (a new connection, a busy client) leaves the others alone meanwhile.
     return LevelRun(
         concurrency=concurrency,
         started_at=started,
         ended_at=ended,
         records=tuple(records),
+        saturated_from=max(first_sent) if first_sent else None,
         saturated_until=min(until) if until else None,
         stopped_by=stopped[0] if stopped else None,
         cut=tuple(cut),

@@ -264,7 +264,8 @@ async def _measure_level(
             after_note = after_note or str(exc)
         if engine.name == "sglang":
             gauge = after.total(sglang.ACCEPT_LENGTH_GAUGE)
-    window = (run.started_at, run.saturated_until) if run.saturated_until else None
+    start = run.saturated_from or run.started_at
+    window = (start, run.saturated_until) if run.saturated_until and run.saturated_until > start else None
     summary = summarize_level(
         run.records, concurrency=run.concurrency, wall_s=run.wall_s, delta=delta, gauge_accept_length=gauge,
         window=window, cut=run.cut,
