@@ -98,7 +98,7 @@ def main() -> None:
             )
     print(
         f"{len(regrets)} scored picks; {excused} misses with the noise on whose study named the true best among "
-        f"its tied leaders; {time.monotonic() - started:.0f} s"
+        f"its tied leaders; {time.monotonic() - started:.0f} s; studies kept in {folder} (bench/level_bias.py)"
     )
     print(
         f"worst regret (recommendation and snippet, every cell): {100 * max(regrets):.1f}%; "

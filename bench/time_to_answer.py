@@ -69,7 +69,7 @@ def main() -> None:
                 f"{statistics.median(total):>10.1f} {100 * max(regrets):>12.1f}%"
             )
         print()
-    print(f"medians per study; {time.monotonic() - started:.0f} s")
+    print(f"medians per study; {time.monotonic() - started:.0f} s; studies kept in {folder} (bench/level_bias.py)")
     print(f"grid/adaptive measuring time: {measuring['grid'] / measuring['adaptive']:.2f}")
     ratio = measuring["fixed"] / measuring["adaptive"]
     print(f"time ratio (fixed/adaptive): {ratio:.2f}; worst regret: {100 * worst:.1f}%")

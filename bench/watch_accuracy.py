@@ -14,8 +14,8 @@ so what is measured is watch's estimation from counters and gauge samples, not a
 measurement error. ``--rig study`` makes the rig as a user does, from an earlier study on the
 same rig: per profile and seed, a grid study of prose (speculation off and k = 1..8,
 probabilistic, at 1 and 4 streams, 12 requests of 600 tokens per level, its own emulator seed),
-whose rig.json watch then uses; the error of the rig's measurement is then in the figures too. The truth
-of a window is the emulator's model of it under every k (emulator/traffic.py) for the mix it
+whose rig.json watch then uses; the error of the rig's measurement is then in the figures too.
+The truth of a window is the emulator's model of it under every k (emulator/traffic.py) for the mix it
 really served (its drafts-per-class counter: a window holds a few dozen requests, whose mix is
 not quite the nominal one) and, beside it, for the nominal mix.
 
@@ -91,7 +91,8 @@ def study_rig(profile_name: str, seed: int, *, time_scale: float, folder: Path):
     config = write_study(folder / f"{name}.toml", data)
     done = specsweep("study", "--config", str(config), "--studies-dir", str(folder), timeout=1800)
     if done.returncode != 0:
-        raise SystemExit(f"the rig study {name} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+        last = ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"the rig study {name} failed: {last}")
     return load_rig(folder / name / RIG_FILE)
 
 

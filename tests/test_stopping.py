@@ -99,9 +99,11 @@ def test_precision_is_the_step_times_not_the_rates_that_the_text_moves() -> None
                for r in records]  # fmt: skip
     assert estimate_rate(counted, 1).step_time_relative_se == pytest.approx(MIN_REQUEST_SD / 2, rel=0.02)
     # step times that do spread keep it going
-    uneven = [replace(r, last_token_s=0.1 + (r.last_token_s - 0.1) * f, latency_s=None) for r, f in
-              zip(records, (0.9, 1.1, 0.9, 1.1), strict=True)]  # fmt: skip
-    uneven = [replace(r, latency_s=r.last_token_s) for r in uneven]
+    uneven = [
+        replace(r, last_token_s=end, latency_s=end)
+        for r, f in zip(records, (0.9, 1.1, 0.9, 1.1), strict=True)
+        for end in [0.1 + (r.last_token_s - 0.1) * f]
+    ]
     assert stop_reason(target(min_requests=4), uneven) is None
 
 
