@@ -11,7 +11,14 @@ from dataclasses import replace
 import pytest
 
 from specsweep.analysis.levels import summarize_level
-from specsweep.analysis.stopping import MIN_REQUEST_SD, LevelTarget, Z, estimate_rate, stop_reason
+from specsweep.analysis.stopping import (
+    MIN_REQUEST_SD,
+    LevelTarget,
+    Z,
+    estimate_rate,
+    request_step_time_s,
+    stop_reason,
+)
 from specsweep.runtime.driver import PromptCycle, run_closed_loop
 from specsweep.types import RequestRecord
 from specsweep.workload import load_workload
@@ -105,6 +112,33 @@ def test_precision_is_the_step_times_not_the_rates_that_the_text_moves() -> None
         for end in [0.1 + (r.last_token_s - 0.1) * f]
     ]
     assert stop_reason(target(min_requests=4), uneven) is None
+
+
+def test_a_precise_rate_is_precise_where_step_times_spread_with_how_often_the_text_matched() -> None:
+    """An n-gram drafter drafts only where the text matches: a llama-server step that drafted seven
+    tokens and accepted three verifies eight, one with no match decodes one. Four requests whose
+    rates agree within 1% while their step times spread 2.5-fold are precise by their rates; the
+    same step times at rates that spread as widely go on."""
+
+    def matched(share: float, tokens: int = 129, *, slower: float = 1.0) -> RequestRecord:
+        """A request whose decode steps drafted (and accepted 3 of 7) ``share`` of the time, at
+        50 tok/s whatever the share (drafting that barely pays), or ``slower``."""
+        drafted_steps = share * (tokens - 1) / (share * 4 + (1 - share))  # 4 tokens a drafted step
+        span = (tokens - 1) * 0.02 * slower
+        return RequestRecord(prompt_id=f"{share}", started_at=0.0, max_tokens=tokens, completion_tokens=tokens,
+                             ttft_s=0.1, last_token_s=0.1 + span, latency_s=0.1 + span,
+                             draft_n_accepted=3 * drafted_steps)  # fmt: skip
+
+    shares = (0.1, 0.6, 0.3, 0.9)
+    records = [matched(s) for s in shares]
+    estimate = estimate_rate(records, concurrency=1)
+    steps = [request_step_time_s(r) for r in records]
+    assert max(steps) / min(steps) > 2.5 and Z * estimate.step_time_relative_se > 0.2
+    assert Z * estimate.relative_se <= 0.03
+    assert stop_reason(target(min_requests=4), records) == "precise"
+    spread = [matched(s, slower=f) for s, f in zip(shares, (0.8, 1.2, 0.8, 1.2), strict=True)]
+    assert Z * estimate_rate(spread, 1).relative_se > 0.1
+    assert stop_reason(target(min_requests=4), spread) is None
 
 
 def test_a_configuration_far_behind_the_best_stops_one_far_ahead_too_a_close_one_goes_on() -> None:

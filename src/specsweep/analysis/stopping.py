@@ -13,14 +13,19 @@ requests in flight (runtime/driver.py), when
   this far behind is not worth another request;
 - **it is clearly ahead**: its lower bound R (1 - z se) is above the best's upper bound: the new
   leader, which the search measures again anyway (docs/search.md);
-- **it is precise enough**: z se_T <= ``precision``, the half-width of the 95% interval of its
-  decode step time relative to it; finer than the run-to-run noise between server starts would
-  buy nothing. se_T is the spread of the requests' own step times (decode span over decode
-  steps), not of their rates: a request's rate moves with how well its text is drafted, and
-  acceptance is the counters' part (pooled over every level of the drafter), while what the
-  level alone tells is the step time (analysis/throughput.py fits step times). A request's
-  decode steps are counted from its own fields: llama.cpp's accepted drafts, SGLang's
-  verification steps, else its content chunks (one per step on vLLM). Without any, se_T is se;
+- **it is precise enough**: z min(se_T, se) <= ``precision``, the half-width of the 95%
+  interval of its decode step time or of its rate, relative to it; finer than the run-to-run
+  noise between server starts would buy nothing. se_T is the spread of the requests' own step
+  times (decode span over decode steps): a request's rate moves with how well its text is
+  drafted, and acceptance is the counters' part (pooled over every level of the drafter), while
+  what the level alone tells is the step time (analysis/throughput.py fits step times). Either
+  pins it: a precise rate with the pooled tokens per step gives the step time as well. Drafters
+  that draft only where the text matches (n-gram) make the opposite case: a step that drafted
+  seven tokens verifies eight, one that found no match decodes one, so step times spread with
+  how often a text matched (15 to 40% between requests on a real llama-server) and rates less.
+  A request's decode steps are counted from its own fields: llama.cpp's accepted drafts,
+  SGLang's verification steps, else its content chunks (one per step on vLLM). Without any,
+  se_T is se;
 - or it reached ``max_requests``.
 
 It never stops before ``min_requests``: one request per stream at B >= 2, two at B = 1, and
@@ -50,7 +55,7 @@ class LevelTarget:
     concurrency: int
     min_requests: int
     max_requests: int
-    precision: float  # stop when the rate's 95% half-width is at most this fraction of it
+    precision: float  # stop when the 95% half-width of the step time or the rate is at most this fraction
     best_tokens_per_s: float | None = None  # the cell's best measured rate, in the client's units (wall clock)
     best_noise: float | None = None  # the relative uncertainty of that best (run-to-run noise)
 
@@ -129,6 +134,6 @@ def stop_reason(target: LevelTarget, records: Sequence[RequestRecord]) -> str | 
             return "cannot win"
         if estimate.tokens_per_s * (1 - spread) > target.best_tokens_per_s * (1 + margin):
             return "clearly ahead"
-    if Z * estimate.step_time_relative_se <= target.precision:
+    if Z * min(estimate.step_time_relative_se, estimate.relative_se) <= target.precision:
         return "precise"
     return None
