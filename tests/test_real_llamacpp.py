@@ -140,7 +140,7 @@ def _llama_study(real_engines, tmp_path: Path, name: str, search: dict, measure:
     return complete, [t.user_attrs.get("fail_reason") for t in trials]
 
 
-# Five and three restarts with the draft model: about two and one minutes on an idle 2-core machine.
+# Five and three restarts with the draft model: about three and one minutes on an idle 2-core machine.
 @pytest.mark.timeout(900)
 def test_study_sweeps_draft_length_and_draft_sampling_on_real_llama_server(
     real_engines, short_prompts: Path, tmp_path: Path
@@ -150,7 +150,7 @@ def test_study_sweeps_draft_length_and_draft_sampling_on_real_llama_server(
     complete, reasons = _llama_study(
         real_engines, tmp_path, "llama-sampling",
         {"num_speculative_tokens": [2, 3], "draft_sample_method": ["greedy", "probabilistic"]},
-        {"requests": 4, "max_tokens": 64, "temperature": 0.8}, short_prompts,
+        {"requests": 8, "max_tokens": 64, "temperature": 0.8}, short_prompts,
     )  # fmt: skip
     assert len(complete) == 1 + 2 * 2, reasons  # off, and every k with every method
     rows: dict[int, dict[str, dict]] = {}
