@@ -117,8 +117,8 @@ def test_precision_is_the_step_times_not_the_rates_that_the_text_moves() -> None
 def test_a_precise_rate_is_precise_where_step_times_spread_with_how_often_the_text_matched() -> None:
     """An n-gram drafter drafts only where the text matches: a llama-server step that drafted seven
     tokens and accepted three verifies eight, one with no match decodes one. Four requests whose
-    rates agree within 1% while their step times spread 2.5-fold are precise by their rates; the
-    same step times at rates that spread as widely go on."""
+    rates agree while their step times spread 2.5-fold are precise by their rates; the same
+    requests paced 20% apart, so that their rates spread too, go on."""
 
     def matched(share: float, tokens: int = 129, *, slower: float = 1.0) -> RequestRecord:
         """A request whose decode steps drafted (and accepted 3 of 7) ``share`` of the time, at
