@@ -6,6 +6,7 @@ is the nominal one and the truth is exact."""
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 import time
@@ -172,13 +173,18 @@ def test_live_watch_goes_on_through_a_server_restart(tmp_path) -> None:
     watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     second = None
     try:
-        time.sleep(5.0)
+        # watch's first read must succeed: restart only once it has read (its first interval line,
+        # after its second read), however long its interpreter took to start, then a few reads more
+        assert select.select([watcher.stdout], [], [], 60.0)[0], "watch printed nothing in 60 s"
+        first_line = watcher.stdout.readline()
+        time.sleep(3.0)
         stopping = time.time()
         first.stop(grace_s=5)
         stopped = time.time()
         second = emulator(1)
         back = time.time()
         out, err = watcher.communicate(timeout=120)
+        out = first_line + out
     finally:
         if watcher.poll() is None:
             watcher.kill()
