@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from rig_real_llamacpp import FIXED, base_argv
 from specsweep.config import parse_study_config
 from specsweep.tuning.records import read_trial_file, read_trials
 from specsweep.tuning.stored import analyze_stored_study
@@ -32,21 +33,17 @@ from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
 
 WORKLOADS = ("prose", "technical")
-NGRAM = {"method": "ngram", "prompt_lookup_min": 3, "prompt_lookup_max": 3}
 
 
 def study_data(name: str, args: argparse.Namespace, *, fixed: bool) -> dict:
-    start = [
-        args.server, "-m", args.target, "--host", "127.0.0.1", "--port", "{port}", "-c", "4096", "-t", "2",
-        "-np", "1", "--metrics", "--no-webui", "{spec_args}",
-    ]  # fmt: skip
+    start = [*base_argv(args.server, args.target), "{spec_args}"]
     measure = {"concurrency": [1], "warmup": 1, "max_tokens": args.max_tokens, "temperature": 0.0}
     measure |= {"requests": args.budget} if fixed else {"max_requests": args.budget}
     return {
         "study": {"name": name, "sampler": "model", "max_consecutive_failures": 2},
         "server": {"engine": "llama.cpp", "mode": "process", "api": "completions", "ready_timeout_s": 120,
                    "stop_grace_s": 10, "start": start},
-        "search": {"num_speculative_tokens": args.k, "fixed": NGRAM},
+        "search": {"num_speculative_tokens": args.k, "fixed": FIXED},
         "workloads": dict.fromkeys(WORKLOADS, 1.0),
         "measure": measure,
     }  # fmt: skip
