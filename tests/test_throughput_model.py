@@ -108,8 +108,9 @@ def test_exact_observations_recover_the_line_and_best_k_exactly():
         assert all(p.tokens_per_s_high - p.tokens_per_s_low < 1e-6 * p.tokens_per_s for p in predictions)
 
 
-def test_measured_points_come_before_the_line():
-    """A step-shaped T (a graph size boundary at k = 3) stays as measured at the measured k."""
+def test_measured_points_come_before_a_line_they_misfit():
+    """A step-shaped T (a graph size boundary at k = 3, 20% up) misfits a line at 2% run-to-run
+    noise: every measured k stays as measured, and the fit says it misfits."""
     observations = [observe(k, 1) for k in (0, 1, 2, 4)]
     bumped = observe(3, 1)
     observations.append(
@@ -117,9 +118,31 @@ def test_measured_points_come_before_the_line():
             **{**asdict(bumped), "drafter": DSPARK, "output_tokens_per_s": bumped.output_tokens_per_s / 1.2}
         )
     )
-    fit = fit_throughput_model(observations).fit_for(1, DSPARK)
+    fit = fit_throughput_model(observations, run_noise=(0.02, 4)).fit_for(1, DSPARK)
+    assert fit.misfit and not fit.line_fits and "misfit" in fit.basis
     assert fit.step_time_s(3) == (pytest.approx(1.2 * true_step_time_s(3, 1)), "measured")
+    assert fit.step_time_s(2) == (pytest.approx(true_step_time_s(2, 1)), "measured")
     assert fit.step_time_s(5)[1] == "line"
+
+
+def test_a_line_its_points_fit_is_the_estimate_at_a_measured_k_too():
+    """Points 1% off a true line at 2% noise fit it: the line, which pools every start, is the
+    step time at a measured k, closer to the truth than the point measured there."""
+    misses = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 6: 1.0}
+    misses[3] = 1.01  # one point 1% slow
+    observations = [observe(0, 1)]
+    for k, factor in misses.items():
+        row = observe(k, 1)
+        observations.append(
+            ThroughputObservation(
+                **{**asdict(row), "drafter": DSPARK, "output_tokens_per_s": row.output_tokens_per_s / factor}
+            )
+        )
+    fit = fit_throughput_model(observations, run_noise=(0.02, 4)).fit_for(1, DSPARK)
+    assert fit.line_fits and not fit.misfit
+    t3, source = fit.step_time_s(3)
+    assert source == "measured"
+    assert abs(t3 / true_step_time_s(3, 1) - 1) < 0.005  # the point alone is 1% off
 
 
 def test_one_draft_length_falls_back_to_a_wide_band():

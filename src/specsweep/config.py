@@ -138,6 +138,9 @@ class StudyConfig:
     wall_time_s: float | None = None
     max_consecutive_failures: int = 3
     heartbeat_s: int = 20  # on a shared database: seconds between a worker's heartbeats
+    # Differences under this share of a rate do not matter: such leaders are "either is fine" and
+    # never separated by restarts, and an hour of server starts is worth one tolerance of rate.
+    tolerance: float = 0.01
     server: ServerConfig = field(default_factory=ServerConfig)
     search: SearchSpace = field(default_factory=SearchSpace)
     workloads: dict[str, float] = field(default_factory=lambda: {"prose": 1.0}, metadata=NAMES_TABLE)
@@ -188,6 +191,9 @@ def parse_study_config(data: dict[str, Any], *, source: str = "<study>") -> Stud
     heartbeat = study.get("heartbeat_s", int)
     if heartbeat < 1:
         raise ConfigError(f"{source}: study.heartbeat_s must be a whole number of seconds >= 1.")
+    tolerance = study.get("tolerance", float)
+    if not 0 < tolerance < 0.5:
+        raise ConfigError(f"{source}: study.tolerance is a share of a rate, above 0 and below 0.5 (0.01 is 1%).")
 
     config = StudyConfig(
         name=name,
@@ -198,6 +204,7 @@ def parse_study_config(data: dict[str, Any], *, source: str = "<study>") -> Stud
         wall_time_s=wall,
         max_consecutive_failures=failures,
         heartbeat_s=heartbeat,
+        tolerance=tolerance,
         server=_parse_server(table("server", ServerConfig)),
         search=_parse_search(table("search", SearchSpace)),
         workloads=_parse_workloads(data.get("workloads", record_default(StudyConfig, "workloads")), source),

@@ -198,6 +198,9 @@ class LevelFigures:
     num_drafts: float | None = None
     mean_acceptance_length: float | None = None
     notes: tuple[str, ...] = ()
+    # the rate's relative standard error from its own requests' spread: the part of the run-to-run
+    # noise a start shows by itself (None: studies from before it was kept)
+    relative_se: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,6 +225,17 @@ class MeasuredConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RunNoisePrior:
+    """What server starts of an engine usually vary by (relative sd of a measured rate), and how
+    many measured degrees of freedom that belief weighs as: the run-to-run noise a study assumes
+    before its own starts show it."""
+
+    relative_sd: float
+    df: int
+    source: str  # what the figure rests on, in words
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StudySettings:
     """What a study was asked to do, as its storage keeps it."""
 
@@ -235,6 +249,8 @@ class StudySettings:
     temperature: float | None = None
     config_source: str | None = None
     max_num_seqs: int | None = None  # the server's, when its flags or profile say (bounds a per-batch-size table)
+    tolerance: float = 0.01  # differences between configurations under this share of a rate do not matter
+    noise_prior: RunNoisePrior | None = None  # the engine's (engines/registry.py), not stored
 
     @property
     def workloads(self) -> tuple[str, ...]:

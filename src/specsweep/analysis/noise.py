@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from specsweep.analysis.drafters import Drafter
 from specsweep.analysis.throughput import study_observations
-from specsweep.types import MeasuredConfig
+from specsweep.types import MeasuredConfig, RunNoisePrior
 
 MIN_RELATIVE_SD = 0.01  # a sd from a handful of repeats below this is luck (the measurement alone is ~1.5% off)
 
@@ -49,11 +49,13 @@ class RunNoise:
     """One workload's run-to-run relative sd, and what it rests on."""
 
     workload: str
-    relative_sd: float  # floored at MIN_RELATIVE_SD
-    df: int  # effective degrees of freedom (levels that share starts count less; see the module doc)
+    relative_sd: float  # floored at MIN_RELATIVE_SD and at the starts' own request spread
+    df: int  # effective degrees of freedom of the measured part (levels that share starts count less)
     repeated: int  # configurations measured in more than one server start
     sibling_pairs: int = 0  # draft lengths where both draft methods of one drafter were measured
     level_correlation: float = 0.0  # how alike the levels' residuals are in the starts they share
+    prior: RunNoisePrior | None = None  # the engine's usual noise, pooled in with its weight
+    within: float | None = None  # the starts' own relative se from their requests' spread (mean over levels)
 
     def separating_starts(self, difference: float, *, z: float = 2.8) -> int:
         """Server starts of each of two configurations that separate a relative ``difference``
@@ -63,6 +65,11 @@ class RunNoise:
         return max(1, math.ceil(2 * (z * self.relative_sd / difference) ** 2))
 
     @property
+    def measured(self) -> bool:
+        """Whether the study's own starts (repeats or sibling pairs) measured it, not the prior alone."""
+        return self.df > 0
+
+    @property
     def basis(self) -> str:
         """What the estimate rests on, in words."""
         parts = []
@@ -70,7 +77,13 @@ class RunNoise:
             parts.append(f"{self.repeated} repeated configuration{'s' if self.repeated > 1 else ''}")
         if self.sibling_pairs:
             parts.append(f"{self.sibling_pairs} greedy/probabilistic pair{'s' if self.sibling_pairs > 1 else ''}")
-        return f"{' and '.join(parts)}, {self.df} degree{'s' if self.df != 1 else ''} of freedom"
+        text = f"{' and '.join(parts)}, {self.df} degree{'s' if self.df != 1 else ''} of freedom" if parts else ""
+        if self.prior is not None:
+            usual = f"the engine's usual {100 * self.prior.relative_sd:.0f}% ({self.prior.source})"
+            text = f"{text}, with {usual}" if text else usual
+        if self.within is not None and self.within >= self.relative_sd:
+            text += f"; no less than its starts' own request spread ({100 * self.within:.1f}%)"
+        return text
 
 
 @dataclass(slots=True)
@@ -84,12 +97,18 @@ class _Level:
 Cells = dict[tuple[Drafter | None, int], dict[int, list[tuple[int, float]]]]  # (drafter, k) -> level -> (trial, log T)
 
 
-def run_to_run_noise(configs: Sequence[MeasuredConfig], workload: str) -> RunNoise | None:
-    """The run-to-run relative sd of ``workload`` from repeats and sibling pairs (None: neither was measured)."""
+def run_to_run_noise(
+    configs: Sequence[MeasuredConfig], workload: str, prior: RunNoisePrior | None = None
+) -> RunNoise | None:
+    """The run-to-run relative sd of ``workload`` from repeats and sibling pairs, pooled with the
+    engine's ``prior`` as that many degrees of freedom, never below the starts' own request
+    spread (None: neither measured, and no prior)."""
     cells: Cells = {}
+    within: list[float] = []
     for config in configs:
         if not config.feasible:
             continue
+        within += [r.relative_se for r in config.results.get(workload, {}).values() if r.relative_se]
         for o in study_observations([config], workload):
             at = cells.setdefault((o.drafter, o.num_speculative_tokens), {}).setdefault(o.concurrency, [])
             at.append((config.trial, math.log(o.step_time_s)))
@@ -118,21 +137,28 @@ def run_to_run_noise(configs: Sequence[MeasuredConfig], workload: str) -> RunNoi
         row.residuals.update((("pair", method, k), (d - mean) / math.sqrt(v)) for k, d, v in ratios)
         pairs.update((method, k) for k, _, _ in ratios)
     used = [row for row in levels.values() if row.df > 0]
-    if not used:
+    if not used and prior is None:
         return None
-    df = sum(r.df for r in used)
-    sd = math.sqrt(sum(r.squares for r in used) / df)
-    # Levels measured in the same starts share those starts' variation: their sums of squares are
-    # correlated by rho^2 and carry df / (1 + (L - 1) rho^2) degrees of freedom, not df.
-    rho = _level_correlation(used)
-    effective = max(*(r.df for r in used), round(df / (1 + (len(used) - 1) * rho**2)))
+    own = math.sqrt(sum(w * w for w in within) / len(within)) if within else None
+    effective, rho, variance = 0, 0.0, 0.0
+    if used:
+        df = sum(r.df for r in used)
+        variance = sum(r.squares for r in used) / df
+        # Levels measured in the same starts share those starts' variation: their sums of squares are
+        # correlated by rho^2 and carry df / (1 + (L - 1) rho^2) degrees of freedom, not df.
+        rho = _level_correlation(used)
+        effective = max(*(r.df for r in used), round(df / (1 + (len(used) - 1) * rho**2)))
+    if prior is not None:
+        variance = (prior.df * prior.relative_sd**2 + effective * variance) / (prior.df + effective)
     return RunNoise(
         workload=workload,
-        relative_sd=max(sd, MIN_RELATIVE_SD),
+        relative_sd=max(math.sqrt(variance), own or 0.0, MIN_RELATIVE_SD),
         df=effective,
         repeated=len(repeated),
         sibling_pairs=len(pairs),
         level_correlation=rho,
+        prior=prior,
+        within=own,
     )
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
 from specsweep.analysis.fits import AcceptanceFit, band, per_position_draws, point_per_position
-from specsweep.analysis.throughput import ThroughputModel, step_time_draws
+from specsweep.analysis.throughput import StepTimeFit, ThroughputModel, step_time_draws
 from specsweep.errors import FitError
 
 
@@ -72,16 +72,16 @@ def sample_rates(
         # A step that drafts verifies at least what a step without drafting decodes: no line
         # (least of all a one-point fit with its drawn slope) may go below speculation off.
         floor_draws, floor_point = off_draws, t
-    for drafter in sorted(acceptance):
-        fit = model.fit_for(concurrency, drafter)
-        if fit is None:
-            continue
-        s_point, s_draws = _acceptance_arrays(acceptance[drafter], draws=draws, seed=int(rng.integers(2**31)))
+    fits = {d: f for d in sorted(acceptance) if (f := model.fit_for(concurrency, d)) is not None}
+    arrays = {d: _acceptance_arrays(acceptance[d], draws=draws, seed=int(rng.integers(2**31))) for d in fits}
+    step_draws = _step_draws(fits, arrays, k_max=k_max, draws=draws, rng=rng)
+    for drafter, fit in fits.items():
+        s_point, s_draws = arrays[drafter]
         top = s_point.size if k_max is None else min(k_max, s_point.size)
         ks = list(range(max(k_min, 1), top + 1))
         if not ks:
             continue
-        t_draws = np.maximum(step_time_draws(fit, ks, draws=draws, rng=rng), np.reshape(floor_draws, (-1, 1)))
+        t_draws = np.maximum(np.column_stack([step_draws[drafter][k] for k in ks]), np.reshape(floor_draws, (-1, 1)))
         scale_of = (acceptance_scale or {}).get(drafter, {})
         scale = np.array([float(scale_of.get(k, 1.0)) for k in ks])
         e_draws = 1.0 + np.cumsum(s_draws[:, :top], axis=1)[:, top - len(ks) :] * scale
@@ -89,11 +89,19 @@ def sample_rates(
         for j, k in enumerate(ks):
             t, source = fit.step_time_s(k)
             t = max(t, floor_point)
-            candidates.append(Candidate(drafter=drafter, num_speculative_tokens=k))
+            candidate = Candidate(drafter=drafter, num_speculative_tokens=k)
+            column = concurrency * e_draws[:, j] / t_draws[:, j]
+            measured = _measured_rate(model, fit, candidate) if fit.misfit and source == "measured" else None
+            if measured is not None:
+                # The model misfits this drafter here: a measured configuration is what it measured.
+                rate, starts = measured
+                t = concurrency * float(e_points[j]) / rate
+                column = rate * (1 + fit.relative_sd / np.sqrt(starts) * rng.standard_normal(draws))
+            candidates.append(candidate)
             e_point.append(float(e_points[j]))
             t_point.append(t)
             sources.append(source)
-            columns.append(concurrency * e_draws[:, j] / t_draws[:, j])
+            columns.append(column)
     if not candidates:
         raise FitError(f"nothing was measured at concurrency {concurrency} for these drafters; measure it first.")
     e_arr, t_arr = np.array(e_point), np.array(t_point)
@@ -106,6 +114,52 @@ def sample_rates(
         tokens_per_s=concurrency * e_arr / t_arr,
         draws=np.column_stack(columns),
     )
+
+
+def _step_draws(
+    fits: Mapping[Drafter, StepTimeFit],
+    arrays: Mapping[Drafter, tuple[np.ndarray, np.ndarray]],
+    *,
+    k_max: int | None,
+    draws: int,
+    rng: np.random.Generator,
+) -> dict[Drafter, dict[int, np.ndarray]]:
+    """Step-time draws per drafter at k = 1 up to its longest draft or measured point.
+
+    Siblings measured at one draft length each share the draw of where their unknown slope falls;
+    a drafter shaped like its sibling's line (analysis/throughput.py) is drawn from the sibling's
+    own draws, scaled to its anchor, so the two differ by one factor per draw, as they do."""
+    out: dict[Drafter, dict[int, np.ndarray]] = {}
+    shares: dict[str, np.ndarray] = {}
+    for drafter in sorted(fits, key=lambda d: (fits[d].shaped_like is not None, d)):
+        fit = fits[drafter]
+        top = arrays[drafter][0].size if k_max is None else min(k_max, arrays[drafter][0].size)
+        ks = list(range(1, max(top, *(p.num_speculative_tokens for p in fit.points)) + 1))
+        sibling = out.get(fit.shaped_like) if fit.shaped_like is not None else None
+        anchor = fit.points[0]
+        if sibling is not None and anchor.num_speculative_tokens in sibling:
+            factor = (
+                anchor.step_time_s
+                * (1 + fit.relative_sd / np.sqrt(anchor.observations) * rng.standard_normal(draws))
+                / sibling[anchor.num_speculative_tokens]
+            )
+            out[drafter] = {k: sibling[k] * factor if k in sibling else fit.step_time_s(k)[0] * factor for k in ks}
+            continue
+        share = shares.setdefault(drafter.method, rng.uniform(0.0, 1.0, size=draws)) if fit.wide_band else None
+        columns = step_time_draws(fit, ks, draws=draws, rng=rng, slope_share=share)
+        out[drafter] = {k: columns[:, j] for j, k in enumerate(ks)}
+    return out
+
+
+def _measured_rate(model: ThroughputModel, fit: StepTimeFit, candidate: Candidate) -> tuple[float, int] | None:
+    """A configuration's mean measured rate at the fit's concurrency, and its starts (None: not measured)."""
+    rates = [
+        o.output_tokens_per_s
+        for o in model.observations
+        if o.concurrency == fit.concurrency and o.drafter == candidate.drafter
+        and o.num_speculative_tokens == candidate.num_speculative_tokens
+    ]  # fmt: skip
+    return (float(np.mean(rates)), len(rates)) if rates else None
 
 
 def _acceptance_arrays(acceptance: AcceptanceInput, *, draws: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,7 @@ from specsweep.analysis.recommendation import Recommendation, recommend_draft_le
 from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
 from specsweep.analysis.throughput import ThroughputModel, fit_throughput_model, study_observations
 from specsweep.errors import FitError
-from specsweep.types import LevelFigures, MeasuredConfig, SpeculativeConfig, StudySettings
+from specsweep.types import LevelFigures, MeasuredConfig, RunNoisePrior, SpeculativeConfig, StudySettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,13 +65,15 @@ def model_workload(
     confidence: float = 0.95,
     draws: int = 400,
     seed: int = 0,
+    noise_prior: RunNoisePrior | None = None,
 ) -> WorkloadModel:
-    """The acceptance fits and the throughput model of one workload, from the feasible configurations."""
+    """The acceptance fits and the throughput model of one workload, from the feasible configurations;
+    the run-to-run noise pools the engine's ``noise_prior`` in (analysis/noise.py)."""
     feasible = [c for c in configs if c.feasible]
     acceptance = drafter_acceptance(feasible, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
     observations = study_observations(feasible, workload)
-    noise = run_to_run_noise(feasible, workload)
-    run_noise = None if noise is None else (noise.relative_sd, noise.df)
+    noise = run_to_run_noise(feasible, workload, noise_prior)
+    run_noise = None if noise is None else (noise.relative_sd, noise.df + (noise.prior.df if noise.prior else 0))
     throughput = fit_throughput_model(observations, run_noise=run_noise) if observations else None
     return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput)
 
@@ -129,6 +131,8 @@ def analyze_study(
     confidence: float = 0.95,
     draws: int = 400,
     seed: int = 0,
+    noise_prior: RunNoisePrior | None = None,
+    tolerance: float = 0.01,
 ) -> StudyAnalysis:
     """Fit, model and recommend for every workload and concurrency level a study measured.
 
@@ -146,7 +150,9 @@ def analyze_study(
     recommendations: list[Recommendation] = []
     snippets: list[SnippetPlan] = []
     for workload in workloads:
-        fitted = model_workload(measured, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
+        fitted = model_workload(
+            measured, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed, noise_prior=noise_prior
+        )
         acceptance.extend(fitted.acceptance)
         model = fitted.throughput
         levels = [b for b in concurrency_levels if model is not None and b in model.concurrency_levels]
@@ -164,6 +170,14 @@ def analyze_study(
         model_inputs = {d: f for d, f in by_drafter.items()}
         base = candidate_of(baseline, objective_concurrency) if baseline is not None else None
         args_common = {"k_max": k_max, "confidence": confidence, "draws": draws, "seed": seed}
+        for fit in model.fits:
+            if fit.misfit and fit.drafter is not None:
+                notes.append(
+                    f"{workload}: at concurrency {fit.concurrency}, {fit.drafter.label}'s measured step times are "
+                    "off a line in k by more than the run-to-run noise (the model misfits: "
+                    "a drafter that drafts only where the text matches, or steps shaped by captured batch sizes); "
+                    "each measured configuration is ranked on what it measured, not on the line."
+                )
         mine: list[Recommendation] = []
         for level in levels:
             args = {"concurrency": level, **args_common}
@@ -173,7 +187,9 @@ def analyze_study(
                 )
             )
             mine.append(
-                recommend_draft_length(model, model_inputs, workload=workload, baseline=base, k_min=k_min, **args)
+                recommend_draft_length(
+                    model, model_inputs, workload=workload, baseline=base, k_min=k_min, tolerance=tolerance, **args
+                )
             )
         recommendations.extend(mine)
         templates = {d: c.spec for c in measured if (d := drafter_of(c.spec)) is not None and c.spec is not None}
@@ -214,6 +230,8 @@ def analyze_with_settings(
         baseline=settings.baseline,
         max_num_seqs=settings.max_num_seqs,
         seed=seed,
+        noise_prior=settings.noise_prior,
+        tolerance=settings.tolerance,
     )
 
 

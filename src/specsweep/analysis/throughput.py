@@ -27,15 +27,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+from scipy import stats
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of
 from specsweep.errors import FitError
 from specsweep.types import MeasuredConfig
 
 FALLBACK_RELATIVE_SD = 0.07  # run-to-run spread of the user report's three single-stream runs
+LINE_FIT_LEVEL = 0.99  # a line misfits its points when their lack-of-fit chi-square is above this quantile
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,13 +112,25 @@ class StepTimeFit:
     residual_df: int
     basis: str  # how the line was obtained, for the report
     wide_band: bool
+    # The line through three or more draft lengths agrees with their measured means within the
+    # noise: it is then the better estimate at a measured k too (it pools every start). Where it
+    # misfits (graph-capture steps, a drafter that drafts only where the text matches), each
+    # measured point stands for itself.
+    line_fits: bool = False
+    shaped_like: Drafter | None = None  # measured at one draft length, shaped like this sibling's line
 
     def step_time_s(self, k: int) -> tuple[float, str]:
-        """Point T(k) and where it came from ("measured" or "line")."""
+        """Point T(k) and where it came from ("measured": k was measured, or "line")."""
+        line = max(self.intercept_s + self.slope_s_per_token * k, 1e-9)
         for point in self.points:
             if point.num_speculative_tokens == k:
-                return point.step_time_s, "measured"
-        return max(self.intercept_s + self.slope_s_per_token * k, 1e-9), "line"
+                return (line if self.line_fits else point.step_time_s), "measured"
+        return line, "line"
+
+    @property
+    def misfit(self) -> bool:
+        """A line through three or more draft lengths that its measured points disagree with beyond the noise."""
+        return len(self.points) >= 3 and not self.line_fits
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,9 +193,32 @@ def fit_throughput_model(
         groups.setdefault(key, []).append(o)
     points = {key: _points(group) for key, group in groups.items()}
     (pooled, pooled_df), fits = run_noise or _pooled_sd(points, fallback_relative_sd), []
-    for (concurrency, drafter), pts in sorted(points.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]))):
-        off_points = points.get((concurrency, None)) if drafter is not None else None
-        fits.append(_fit_line(concurrency, drafter, pts, off_points, pooled, pooled_df))
+    order = sorted(points.items(), key=lambda kv: (kv[0][0], _order(kv[0][1])))
+    # Lines through two or more draft lengths first: a drafter measured at one draft length takes
+    # the shape of its sibling's (the same method, the other draft sampling) where it has one.
+    lines: dict[tuple[int, Drafter | None], StepTimeFit] = {}
+    for (concurrency, drafter), pts in order:
+        if drafter is None or len({p.num_speculative_tokens for p, _, _ in pts}) >= 2:
+            off_points = points.get((concurrency, None)) if drafter is not None else None
+            lines[(concurrency, drafter)] = _fit_line(concurrency, drafter, pts, off_points, pooled, pooled_df)
+    for (concurrency, drafter), pts in order:
+        if (concurrency, drafter) in lines:
+            continue
+        sibling = next(
+            (
+                fit
+                for (level, other), fit in lines.items()
+                if level == concurrency and other is not None and drafter is not None
+                and other.method == drafter.method and other != drafter and not fit.wide_band and fit.intercept_s > 0
+            ),
+            None,
+        )  # fmt: skip
+        if sibling is not None:
+            lines[(concurrency, drafter)] = _shaped_like(sibling, drafter, pts[0][0], pooled, pooled_df)
+        else:
+            off_points = points.get((concurrency, None))
+            lines[(concurrency, drafter)] = _fit_line(concurrency, drafter, pts, off_points, pooled, pooled_df)
+    fits = [lines[key] for key, _ in order]
     return ThroughputModel(
         fits=tuple(fits),
         observations=tuple(usable),
@@ -259,12 +296,19 @@ def _fit_line(concurrency: int, drafter: Drafter | None, pts, off_points, pooled
     if np.unique(ks).size >= 2:
         coef, inverse, residual, own_df = _wls(ks, times, weights)
         sd = max(math.sqrt(residual / own_df), pooled) if own_df > 0 else pooled
-        basis = (
-            f"weighted least squares over {np.unique(ks).size} draft lengths"
-            if own_df > 0
-            else "line through two draft lengths; noise from the other fits"
+        fits = _line_fits(points, coef, pooled)
+        if len(points) < 3:
+            basis = "line through two draft lengths; noise from the other fits"
+        elif fits:
+            basis = f"weighted least squares over {len(points)} draft lengths (they fit it: the line is used at each)"
+        else:
+            basis = (
+                f"weighted least squares over {len(points)} draft lengths, which misfit it beyond the noise: "
+                "measured points stand for themselves"
+            )
+        return _record(
+            concurrency, drafter, points, coef[0], coef[1], inverse * sd**2, sd, pooled_df, basis, False, fits
         )
-        return _record(concurrency, drafter, points, coef[0], coef[1], inverse * sd**2, sd, pooled_df, basis, False)
     k1, t1 = points[0].num_speculative_tokens, points[0].step_time_s
     if off_points:
         slope = max((t1 - off_points[0][0].step_time_s) / k1, 0.0)
@@ -277,7 +321,49 @@ def _fit_line(concurrency: int, drafter: Drafter | None, pts, off_points, pooled
     return _record(concurrency, drafter, points, t1 - slope * k1, slope, covariance, pooled, pooled_df, basis, True)
 
 
-def _record(concurrency, drafter, points, a, b, covariance, sd, df, basis, wide) -> StepTimeFit:
+def _shaped_like(
+    sibling: StepTimeFit, drafter: Drafter | None, anchor: StepTimePoint, pooled: float, pooled_df: int
+) -> StepTimeFit:
+    """A drafter measured at one draft length k1, shaped like its sibling's line through two or more:
+    T(k) = T(k1) (1 + r k) / (1 + r k1) with the sibling's relative slope r = b / a.
+
+    Drawing the drafts another way changes every step by a near-constant share (sampling work,
+    the draft probabilities the verifier reads), so the relative slope carries over. Its
+    covariance, by the delta method, holds the anchor's noise (the pooled noise over the square
+    root of its observations) and the sibling's uncertainty of r."""
+    k1, t1 = anchor.num_speculative_tokens, anchor.step_time_s
+    a, b = sibling.intercept_s, sibling.slope_s_per_token
+    (vaa, vab), (_, vbb) = sibling.covariance
+    r = b / a
+    var_r = max(vbb / a**2 - 2 * b * vab / a**3 + b**2 * vaa / a**4, 0.0)
+    var_t = (pooled * t1) ** 2 / anchor.observations
+    d = 1 + r * k1
+    jacobian = np.array([[1 / d, -t1 * k1 / d**2], [r / d, t1 / d**2]])
+    covariance = jacobian @ np.diag([var_t, var_r]) @ jacobian.T
+    label = sibling.drafter.label if sibling.drafter is not None else "its sibling"
+    basis = f"one draft length, shaped like {label}'s line (the same step time per drafted token, relative)"
+    fit = _record(
+        sibling.concurrency, drafter, (anchor,), t1 / d, t1 * r / d, covariance, pooled, pooled_df, basis, False
+    )
+    return replace(fit, shaped_like=sibling.drafter)
+
+
+def _line_fits(points: Sequence[StepTimePoint], coef: np.ndarray, noise: float) -> bool:
+    """Whether the measured means at three or more draft lengths agree with the line within the run-
+    to-run noise (lack of fit: the chi-square of their relative misses, each over noise / sqrt(starts),
+    below its 99th percentile with K - 2 degrees of freedom)."""
+    if len(points) < 3 or noise <= 0:
+        return False
+    chi2 = 0.0
+    for p in points:
+        line = coef[0] + coef[1] * p.num_speculative_tokens
+        if line <= 0:
+            return False
+        chi2 += p.observations * ((p.step_time_s - line) / line / noise) ** 2
+    return bool(chi2 <= float(stats.chi2.ppf(LINE_FIT_LEVEL, len(points) - 2)))
+
+
+def _record(concurrency, drafter, points, a, b, covariance, sd, df, basis, wide, line_fits=False) -> StepTimeFit:
     return StepTimeFit(
         concurrency=concurrency,
         drafter=drafter,
@@ -292,18 +378,31 @@ def _record(concurrency, drafter, points, a, b, covariance, sd, df, basis, wide)
         residual_df=int(df),
         basis=basis,
         wide_band=wide,
+        line_fits=line_fits,
     )
 
 
-def step_time_draws(fit: StepTimeFit, ks: Sequence[int], *, draws: int, rng: np.random.Generator) -> np.ndarray:
-    """Draws of T at each k, shape (draws, len(ks)): measured points by their own noise, the line elsewhere."""
+def step_time_draws(
+    fit: StepTimeFit,
+    ks: Sequence[int],
+    *,
+    draws: int,
+    rng: np.random.Generator,
+    slope_share: np.ndarray | None = None,
+) -> np.ndarray:
+    """Draws of T at each k, shape (draws, len(ks)): measured points by their own noise, the line elsewhere.
+
+    ``slope_share``: for a one-draft-length fit, where its unknown slope falls between flat (0)
+    and twice the guess (1), per draw; siblings measured at one draft length each share it, as
+    they share their shape (analysis/rates.py)."""
     out = np.empty((draws, len(ks)))
     # With the noise estimated from df residuals, deviations follow Student's t, not the normal.
     scale = np.sqrt(fit.residual_df / rng.chisquare(fit.residual_df, size=draws)) if fit.residual_df > 0 else 1.0
     if fit.wide_band:
         anchor = fit.points[0]
         t1 = anchor.step_time_s * (1 + fit.relative_sd / math.sqrt(anchor.observations) * rng.standard_normal(draws))
-        slope = rng.uniform(0.0, 2 * fit.slope_s_per_token, size=draws)
+        share = rng.uniform(0.0, 1.0, size=draws) if slope_share is None else slope_share
+        slope = 2 * fit.slope_s_per_token * share
         intercept = t1 - slope * anchor.num_speculative_tokens
     else:
         centre = np.array([fit.intercept_s, fit.slope_s_per_token])
@@ -315,7 +414,7 @@ def step_time_draws(fit: StepTimeFit, ks: Sequence[int], *, draws: int, rng: np.
         point = measured.get(k)
         if fit.wide_band and point is not None:
             out[:, j] = t1
-        elif point is not None:
+        elif point is not None and not fit.line_fits:
             noise = fit.relative_sd / math.sqrt(point.observations)
             out[:, j] = point.step_time_s * (1 + noise * scale * rng.standard_normal(draws))
         else:

@@ -8,7 +8,12 @@ from typing import Any
 
 from specsweep.engines import llamacpp, sglang, vllm
 from specsweep.errors import ConfigError
-from specsweep.types import BootFacts, CounterNames, SpeculativeConfig
+from specsweep.types import BootFacts, CounterNames, RunNoisePrior, SpeculativeConfig
+
+# What a measured rate usually moves by between server starts of one configuration, before a
+# study's own starts say: an assumption, weighed as two measured degrees of freedom, so the
+# study's repeats and greedy/probabilistic pairs take over as they come (analysis/noise.py).
+USUAL_RUN_NOISE = RunNoisePrior(relative_sd=0.02, df=2, source="assumed until the study's starts show theirs")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,6 +39,7 @@ class EngineInfo:
     finished_requests: str | None = None  # a counter of finished requests
     accept_length_gauge: str | None = None  # mean tokens per verification step, where no counters exist
     per_batch_size_tables: bool = False  # takes num_speculative_tokens_per_batch_size
+    run_noise: RunNoisePrior = USUAL_RUN_NOISE  # what its starts usually vary by
 
     def spec_args(self, spec: SpeculativeConfig | None, *, help_flags: frozenset[str] | None = None) -> list[str]:
         """The engine's flags for ``spec``; ``help_flags``: what the server binary's --help lists, if read."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import optuna
 
+from specsweep.analysis.stopping import estimate_rate
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
@@ -58,6 +59,7 @@ def level_figures(measurement: Measurement, *, time_scale: float = 1.0) -> dict[
             num_drafts=acceptance.num_drafts if acceptance else None,
             mean_acceptance_length=acceptance.mean_acceptance_length if acceptance else None,
             notes=tuple(level.notes),
+            relative_se=estimate.relative_se if (estimate := estimate_rate(level.records, s.concurrency)) else None,
         )
     return out
 
@@ -86,6 +88,7 @@ def _level_from_stored(concurrency: int, row: dict[str, Any]) -> LevelFigures:
         num_drafts=row.get("num_drafts"),
         mean_acceptance_length=row.get("mean_acceptance_length"),
         notes=tuple(row.get("notes") or ()),
+        relative_se=row.get("relative_se"),
     )
 
 
@@ -156,6 +159,7 @@ class TrialRecord:
     retry_of: int | None = None
     repeat: bool = False  # measured again on purpose (run-to-run noise, tied leaders), not a duplicate
     times: TrialTimes | None = None  # where its time went (None: studies from before it was kept)
+    cap: int | None = None  # the most server starts the search promised when it chose this trial
 
     @property
     def measured(self) -> bool:
@@ -165,6 +169,10 @@ class TrialRecord:
     @property
     def running(self) -> bool:
         return self.state == optuna.trial.TrialState.RUNNING
+
+    @property
+    def failed(self) -> bool:
+        return self.state == optuna.trial.TrialState.FAIL
 
     @property
     def feasible(self) -> bool:
@@ -212,6 +220,7 @@ def read_trial(trial: optuna.trial.FrozenTrial) -> TrialRecord:
         retry_of=attrs.get("retry_of"),
         repeat=bool(attrs.get("repeat")),
         times=_times_from_stored(attrs.get("times")),
+        cap=attrs.get("cap"),
     )
 
 
@@ -293,10 +302,11 @@ def record_failure_of(study: optuna.Study, number: int, reason: str) -> None:
     optuna.trial.Trial(study, study.trials[number]._trial_id).set_user_attr("fail_reason", reason)
 
 
-def decision_attrs(phase: str, *, repeat: bool = False) -> dict[str, Any]:
-    """What a trial is enqueued with: the decision that chose it, and whether it measures a
-    configuration again on purpose (else a measured configuration is reused, not measured)."""
-    return {"phase": phase, **({"repeat": True} if repeat else {})}
+def decision_attrs(phase: str, *, repeat: bool = False, cap: int | None = None) -> dict[str, Any]:
+    """What a trial is enqueued with: the decision that chose it, whether it measures a
+    configuration again on purpose (else a measured configuration is reused, not measured), and
+    the most server starts the search promised then."""
+    return {"phase": str(phase), **({"repeat": True} if repeat else {}), **({"cap": cap} if cap is not None else {})}
 
 
 def is_repeat(trial: optuna.Trial) -> bool:

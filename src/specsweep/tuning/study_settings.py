@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import optuna
 
+from specsweep.engines.registry import engine_info
+from specsweep.errors import ConfigError
 from specsweep.tuning.records import measured_configs, spec_from_json
 from specsweep.tuning.space import OFF_KEY
-from specsweep.types import MeasuredConfig, StudySettings
+from specsweep.types import MeasuredConfig, RunNoisePrior, StudySettings
 
 
 def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
@@ -23,6 +25,7 @@ def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
         "concurrency": list(settings.concurrency_levels),
         "num_speculative_tokens_range": list(settings.k_range) if settings.k_range else None,
         "max_num_seqs": settings.max_num_seqs,
+        "tolerance": settings.tolerance,
     }
     for name, value in attrs.items():
         study.set_user_attr(name, value)
@@ -50,7 +53,17 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
         temperature=attrs.get("temperature"),
         config_source=attrs.get("config_source"),
         max_num_seqs=attrs.get("max_num_seqs"),
+        tolerance=float(attrs.get("tolerance") or 0.01),
+        noise_prior=_engine_noise(str(attrs.get("engine", "vllm"))),
     )
+
+
+def _engine_noise(engine: str) -> RunNoisePrior | None:
+    """What starts of the study's engine usually vary by (None: an engine this version does not know)."""
+    try:
+        return engine_info(engine).run_noise
+    except ConfigError:
+        return None
 
 
 def check_joinable(study: optuna.Study, mine: StudySettings) -> str | None:

@@ -17,7 +17,7 @@ import optuna
 
 from specsweep.config import ServerConfig, StudyConfig
 from specsweep.emulator.profile import load_profile
-from specsweep.engines.registry import max_num_seqs_flag
+from specsweep.engines.registry import engine_info, max_num_seqs_flag
 from specsweep.errors import ConfigError
 from specsweep.tuning import records, study_settings
 from specsweep.tuning.space import Space, config_key
@@ -107,6 +107,8 @@ def settings_of(config: StudyConfig, space: Space) -> StudySettings:
         temperature=config.measure.temperature,
         config_source=config.source,
         max_num_seqs=server_max_num_seqs(config.server),
+        tolerance=config.tolerance,
+        noise_prior=engine_info(config.server.engine).run_noise,
     )
 
 

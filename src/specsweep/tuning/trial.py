@@ -21,7 +21,7 @@ from specsweep.analysis.stopping import LevelTarget
 from specsweep.analysis.study import measured_rates
 from specsweep.config import ServerConfig, StudyConfig
 from specsweep.emulator.profile import load_profile
-from specsweep.engines.registry import EngineInfo
+from specsweep.engines.registry import EngineInfo, engine_info
 from specsweep.errors import LaunchError, SpecsweepError
 from specsweep.runtime.identity import read_server_identity
 from specsweep.runtime.measure import Measurement, MeasureSettings, run_measure
@@ -64,7 +64,7 @@ def level_targets(
         return None
     out: dict[str, dict[int, LevelTarget]] = {}
     for workload in config.workloads:
-        noise = run_to_run_noise(measured, workload)
+        noise = run_to_run_noise(measured, workload, engine_info(config.server.engine).run_noise)
         levels = {}
         for level in m.concurrency:
             rivals = [r for r in measured_rates(measured, workload, level) if r.key != key]
@@ -190,7 +190,8 @@ class TrialRunner:
         finally:
             with contextlib.suppress(SpecsweepError):
                 server.stop()
-        records.record_times(trial, self._times(trial_started, measuring_started, measurements))
+        times = self._times(trial_started, measuring_started, measurements)
+        records.record_times(trial, times)
         record_file = records.write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
         results = {name: records.level_figures(m, time_scale=self.time_scale) for name, m in measurements.items()}
         objective = trial_objective(self.config, results)
@@ -198,7 +199,12 @@ class TrialRunner:
         if objective.value is None:
             return self.fail(study, trial, objective.reason or "no successful requests")
         study.tell(trial, objective.value)
-        self.emit(TrialDone(trial=number, value=objective.value, spec=spec, results=results))
+        self.emit(
+            TrialDone(
+                trial=number, value=objective.value, spec=spec, results=results, boot_s=times.boot_s,
+                measure_s=times.measure_s, modelled=times.modelled,
+            )
+        )  # fmt: skip
         return objective.value
 
     def fail(
