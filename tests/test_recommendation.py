@@ -89,7 +89,17 @@ def test_candidates_the_data_cannot_tell_apart_are_named_tied_the_best_still_win
     assert (k4.candidate in rec.tied) is tied
     assert (k4.shortfall_low_tokens_per_s <= 0) is tied
     if tied:
-        assert "cannot tell it from k=4 dspark (probabilistic)" in rec.reason and "includes 0" in rec.reason
+        # k = 4 could be at most 0.29 of 71.5 tok/s faster (0.4%): under the 1% tolerance, either is fine
+        assert -k4.shortfall_low_tokens_per_s < 0.01 * rec.tokens_per_s
+        assert rec.within_tolerance == (k4.candidate,)
+        assert "k=4 dspark (probabilistic) are within 1% of each other: either is fine" in rec.reason
+        strict = recommend_draft_length(
+            model, {DSPARK: acceptance}, concurrency=1, workload="prose", seed=1, tolerance=0.001
+        )
+        assert strict.tied == rec.tied and not strict.within_tolerance
+        assert "cannot tell it from k=4 dspark (probabilistic)" in strict.reason and "includes 0" in strict.reason
+    else:
+        assert not rec.within_tolerance
 
 
 def test_recommendations_stay_inside_the_searched_range():

@@ -68,10 +68,14 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
         assert modelled, out
         best[level] = (int(modelled.group(1)), modelled.group(2))
         assert best[level] == true_best("technical", level, 5)
-    # The search aims at the objective's concurrency (1), where the best was also measured; at 4
-    # the recommendation comes from the fitted model (k = 1 need not have been measured there).
-    measured = re.search(r"technical at concurrency 1: k=(\d+) (\w+) ", out)  # best measured
-    assert measured and (int(measured.group(1)), measured.group(2)) == best[1]
+    # Both recommendations were measured (a paste runs only what was measured); the best measured
+    # rate at a level may be another leader's by noise, which the model's line pools away.
+    for level in (1, 4):
+        assert re.search(
+            rf"technical at concurrency {level}: k=\d+ dspark \(\w+\), [\d.]+ tok/s \[[\d., ]+\] predicted, "
+            r"[\d.]+ measured",
+            out,
+        ), out
     assert best[1][0] < 5  # shorter than the report's k = 5
     snippet = re.search(r"--speculative-config '(.+)'", out)
     spec = parse_speculative_config(snippet.group(1))
@@ -96,7 +100,13 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
     assert parse_speculative_config(recommended.stdout) == spec
     assert (folder / "study.db").is_file()
     restarts = int(re.search(r"\((\d+) server restarts this run\)", out).group(1))
-    assert "by more than the run-to-run noise" in out and restarts < 11  # the grid has 11 configurations
+    assert restarts <= 7  # the grid has 11 configurations
+    assert len(re.findall(r"next: worth it: .+: expected to buy [\d.]+ tok/s", out)) == restarts - 3  # off, 2 largest k
+    # what is left, before every start: the grid's 11 at most before the first, never rising
+    caps = [int(c) for c in re.findall(r"start \d+ of at most (\d+);", out)]
+    assert len(caps) == restarts and caps[0] == 11 and caps == sorted(caps, reverse=True), out
+    assert re.search(r"start 2 of at most \d+; at most about [\d.]+ min left \(modelled\)", out), out
+    assert len(re.findall(r"\(boot 4\.0 min, measuring ", out)) == restarts  # the profile's 240 s boot, as it was
     assert len(list((folder / "trials").glob("trial-*.json"))) == restarts
     assert emulator_processes("--time-scale 100.0", cwd=tmp_path) == []
     # Running the README's command again continues the stored study: no restart, same answer.

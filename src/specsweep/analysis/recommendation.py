@@ -42,6 +42,7 @@ class CandidateRate:
     shortfall_high_tokens_per_s: float
     step_time_source: str  # "measured" or "line"
     measured_tokens_per_s: float | None
+    misfit: bool = False  # its drafter's step times misfit a line here: it is ranked on what it measured
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +69,8 @@ class Recommendation:
     tokens_per_s_high: float
     measured_tokens_per_s: float | None
     tied: tuple[Candidate, ...]  # candidates the data cannot tell from the choice, best predicted first
+    # of those, the ones that cannot be more than the tolerance faster: either is fine
+    within_tolerance: tuple[Candidate, ...] = ()
     measured: bool  # the choice itself was measured at this concurrency
     gain_over_off: Gain | None
     gain_over_baseline: Gain | None
@@ -91,10 +94,12 @@ def recommend_draft_length(
     draws: int = 400,
     seed: int = 0,
     acceptance_scale: Mapping[Drafter, Mapping[int, float]] | None = None,
+    tolerance: float = 0.01,
 ) -> Recommendation:
     """Best k and drafter for one workload at one measured concurrency (see the module doc).
 
-    ``acceptance_scale``: see sample_rates."""
+    ``acceptance_scale``: see sample_rates. ``tolerance``: a tied candidate that cannot be more
+    than this share faster than the choice is one either of which is fine."""
     sample = sample_rates(
         model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed,
         acceptance_scale=acceptance_scale,
@@ -124,10 +129,12 @@ def recommend_draft_length(
             shortfall_high_tokens_per_s=float(short_high[j]),
             step_time_source=sample.step_time_source[j],
             measured_tokens_per_s=measured(c),
+            misfit=(fit := model.fit_for(concurrency, c.drafter)) is not None and not c.off and fit.misfit,
         )
         for j, c in enumerate(sample.candidates)
     )
-    reason = _reason(sample, chosen, tied, short_low, short_high, confidence)
+    fine = [j for j in tied if -short_low[j] <= tolerance * sample.tokens_per_s[chosen]]
+    reason = _reason(sample, chosen, tied, fine, short_low, short_high, confidence, tolerance)
     return Recommendation(
         workload=workload,
         concurrency=concurrency,
@@ -138,6 +145,7 @@ def recommend_draft_length(
         tokens_per_s_high=float(rate_high[chosen]),
         measured_tokens_per_s=measured(choice),
         tied=tuple(sample.candidates[j] for j in tied),
+        within_tolerance=tuple(sample.candidates[j] for j in fine),
         measured=measured(choice) is not None,
         gain_over_off=_gain(sample, chosen, OFF, measured, confidence),
         gain_over_baseline=None if baseline is None else _gain(sample, chosen, baseline, measured, confidence),
@@ -150,7 +158,14 @@ def recommend_draft_length(
 
 
 def _reason(
-    sample: RateSample, chosen: int, tied: list[int], low: np.ndarray, high: np.ndarray, confidence: float
+    sample: RateSample,
+    chosen: int,
+    tied: list[int],
+    fine: list[int],
+    low: np.ndarray,
+    high: np.ndarray,
+    confidence: float,
+    tolerance: float,
 ) -> str:
     top, rate = sample.candidates[chosen], sample.tokens_per_s
     text = f"{top.label} has the highest predicted rate ({rate[chosen]:.1f} tok/s)"
@@ -161,10 +176,20 @@ def _reason(
             f"; next is {sample.candidates[runner].label}, {rate[chosen] - rate[runner]:.2f} tok/s slower "
             f"({confidence:.0%} interval {low[runner]:.2f} to {high[runner]:.2f})"
         )
-    if tied:
-        names = ", ".join(sample.candidates[j].label for j in tied[:3]) + (" and others" if len(tied) > 3 else "")
-        text += f"; the data cannot tell it from {names} (their paired difference interval includes 0)"
+    if fine:
+        names = _names(sample, fine)
+        text += f"; it and {names} are within {100 * tolerance:g}% of each other: either is fine"
+    rest = [j for j in tied if j not in fine]
+    if rest:
+        text += (
+            f"; the data cannot tell it from {_names(sample, rest)} (their paired difference interval includes 0, "
+            f"and reaches beyond {100 * tolerance:g}%)"
+        )
     return text + (": turn speculation off." if top.off else ".")
+
+
+def _names(sample: RateSample, columns: list[int]) -> str:
+    return ", ".join(sample.candidates[j].label for j in columns[:3]) + (" and others" if len(columns) > 3 else "")
 
 
 def _gain(sample: RateSample, chosen: int, other: Candidate, measured, confidence: float) -> Gain:

@@ -26,6 +26,7 @@ from specsweep.tuning.events import (
     MeasuredElsewhere,
     Note,
     Planned,
+    StartsLeft,
     TrialDone,
     TrialFailed,
     TrialProgress,
@@ -56,7 +57,7 @@ def print_analysis(out: Console, analysis: StudyAnalysis, fmt: str) -> None:
         if plan is None:
             continue
         out.print(f"{workload}: {snippet_heading(plan)}")
-        for line in plan.given_up + plan.untested:
+        for line in plan.notes:
             out.print(f"  [yellow]note:[/yellow] {line}")
         out.print(render_snippet(plan.spec, fmt), highlight=False, markup=False)
 
@@ -275,14 +276,20 @@ class StudyProgress:
                 elapsed = time.monotonic() - self.level_started
                 live = f", {self.level_tokens / elapsed:,.0f} tok/s wall clock" if elapsed > 0 else ""
                 status.update(f"trial {trial}: {workload} measuring concurrency {level}{live}")
-            case TrialDone(trial=trial, spec=spec, results=results):
+            case TrialDone(trial=trial, spec=spec, results=results, boot_s=boot_s, measure_s=measure_s) as done:
                 rates = "; ".join(
                     f"{w} " + ", ".join(f"{row.output_tokens_per_s:.1f} at {b}" for b, row in levels.items())
                     for w, levels in results.items()
                 )
-                out.print(f"trial {trial:3d}  {candidate_of(spec).short_label:22s} {rates} tok/s")
+                took = ""
+                if boot_s is not None and measure_s is not None:
+                    unit = " modelled" if done.modelled else ""
+                    took = f"  (boot {_minutes(boot_s)}, measuring {_minutes(measure_s)}{unit})"
+                out.print(f"trial {trial:3d}  {candidate_of(spec).short_label:22s} {rates} tok/s{took}")
             case Planned(phase=phase, reason=reason, params=params) if params is not None:
                 out.print(f"          next: {phase}: {reason}")
+            case StartsLeft() as left:
+                out.print(f"          {left_line(left)}")
             case TrialFailed(trial=trial, reason=reason):
                 out.print(f"trial {trial:3d}  [red]failed[/red]: {reason}")
             case TrialReused(trial=trial, source=source):
@@ -336,6 +343,14 @@ def print_boot(out: Console, best: MeasuredConfig, *, on_emulator: bool) -> None
         facts.append("the log warns that the default FP8 kernel config is used (a tuned one may be faster)")
     if facts:
         out.print(f"boot of trial {best.trial}: " + "; ".join(facts))
+
+
+def left_line(left: StartsLeft) -> str:
+    """What is left of the study: "start 4 of at most 7; at most about 30 min left (modelled)"."""
+    line = f"start {left.starts + 1} of at most {left.cap}"
+    if left.left_s is None:
+        return line + "; time left: known once a start is timed"
+    return line + f"; at most about {_minutes(left.left_s)} left" + (" (modelled)" if left.modelled else "")
 
 
 def _minutes(seconds: float) -> str:

@@ -125,8 +125,8 @@ def write_report(
         text = snippet_for(analysis, workload, snippet_format)
         blocks.append(doc.Paragraph(text=f"{workload}: {snippet_heading(plan)}"))
         blocks.append(doc.Code(text=text))
-        if plan.given_up or plan.untested:
-            blocks.append(doc.Bullets(items=plan.given_up + plan.untested))
+        if plan.notes:
+            blocks.append(doc.Bullets(items=plan.notes))
     blocks.append(doc.Bullets(items=tuple(r.reason for r in analysis.recommendations) + analysis.notes))
     for workload in analysis.workloads:
         blocks.append(doc.Heading(text=f"{workload}: acceptance decay"))

@@ -29,6 +29,16 @@ class Planned:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StartsLeft:
+    """Before a server start: it is start ``starts + 1`` of at most ``cap``, about ``left_s`` to go."""
+
+    starts: int
+    cap: int
+    left_s: float | None  # None: no start timed yet
+    modelled: bool  # left_s in the emulator's modelled seconds
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TrialStarting:
     trial: int
     spec: SpeculativeConfig | None
@@ -62,6 +72,9 @@ class TrialDone:
     value: float
     spec: SpeculativeConfig | None
     results: dict[str, dict[int, LevelFigures]]
+    boot_s: float | None = None  # what this start's boot took
+    measure_s: float | None = None
+    modelled: bool = False  # both in the emulator's modelled seconds
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,55 +1,87 @@
-"""Model-guided search: which configuration to restart the server with next, or that none is worth it.
+"""Model-guided search: which configuration to restart the server with next, or that no start is worth it.
 
 Every decision is derived from the study's trials alone (their typed records), so ``--resume``
 and several workers sharing one storage continue where the stored trials leave off. The study
 loop enqueues the decision as an optuna trial. Every cell the study reports, each (workload,
-concurrency level), counts: a configuration is worth a restart when it could change the
-recommendation of any cell, and with it the per-batch-size table of the paste.
+concurrency level), counts.
 
-Order of decisions (docs/search.md):
+Order of decisions (docs/search.md), one small function each:
 
 1. speculation off, when the space has it (the floor every drafter's step time is above);
 2. each drafter (draft method and opened fields) at its largest draft length that has not failed:
    for chain drafters one run at the largest k measures the acceptance of every smaller k;
-3. a drafter whose step-time line rests on one draft length: its predicted optimum, which pins
-   the line and tests the prediction in one restart;
-4. the best measured configuration once more (until some configuration was measured twice): the
-   run-to-run noise of each workload (analysis/noise.py) that every further decision compares with;
-5. the untried configuration that could gain most in some cell: its upper bound (analysis/bounds.py,
-   on the report's own models) over the cell's best measured rate, beyond that workload's noise;
-6. when no untried configuration can: each cell's recommendation that was never measured
-   ("confirm"), then leaders the data cannot tell apart, measured again in turn ("separate"),
-   each up to ``MAX_STARTS`` server starts;
-7. stop, saying why (and which leaders stayed tied).
+3. the start worth most: every untried configuration and every measured one (a repeat) is
+   valued by the user's loss it is expected to remove, summed over the cells
+   (analysis/value.py), against its cost: this study's mean boot plus its measuring time (the
+   study's mean measuring time, scaled by how much slower or faster it is predicted to stream).
+   A start is worth it when it is expected to buy ``START_PRICE`` of the tolerance of the cells'
+   summed rate for a start of the study's mean cost, in proportion to its own cost; the start
+   that buys most per minute goes next;
+4. stop when none is worth it, or when the starts reach the cap: the grid's size at first, then
+   at each decision the starts made plus the configurations that could still be worth one, never
+   rising again, so "start 4 of at most 7" is a promise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
-from specsweep.analysis.bounds import CandidateScore, measured_noise, score_candidates
 from specsweep.analysis.drafters import Candidate, Drafter, drafter_of
 from specsweep.analysis.noise import RunNoise, run_to_run_noise
-from specsweep.analysis.recommendation import Recommendation
-from specsweep.analysis.study import (
-    StudyAnalysis,
-    WorkloadModel,
-    analyze_with_settings,
-    measured_rates,
-    model_workload,
-    study_k_max,
+from specsweep.analysis.rates import RateSample, sample_rates
+from specsweep.analysis.study import WorkloadModel, measured_rates, model_workload, study_k_max
+from specsweep.analysis.value import (
+    CellBelief,
+    StartValue,
+    cell_loss,
+    could_be_faster,
+    start_values,
+    within_tolerance,
 )
 from specsweep.errors import FitError
 from specsweep.tuning.records import TrialRecord
 from specsweep.tuning.space import OFF_KEY, Space, config_key
 from specsweep.types import MeasuredConfig, StudySettings
 
-ACCEPTANCE_CONFIDENCE = 0.90  # the acceptance band of the upper bound (one-sided 95%)
-ACCEPTANCE_DRAWS = 200
-MAX_STARTS = 2  # server starts of one configuration, repeats included, while separating leaders
-SEPARATION_MARGIN = 0.01  # leaders are separated when the runner-up could be this much faster
+DRAWS = 400  # joint rate draws per cell the values are computed on
+MAX_STARTS = 2  # server starts of one configuration, repeats included
+# A start of the study's mean cost must be expected to buy this share of the tolerance (0.2 of 1%:
+# 0.2% of the cells' summed rate). Checked by bench/sweep_efficiency.py and bench/time_to_answer.py.
+START_PRICE = 0.2
+OPEN_SHARE = 0.1  # a configuration worth a tenth of its price may still become worth it: it keeps the cap up
+
+
+class Phase(StrEnum):
+    """Why a configuration was chosen (stored with its trial; the words the console prints)."""
+
+    OFF = "speculation off"
+    LARGEST_K = "largest k"
+    WORTH = "worth it"  # its expected gain is worth its cost
+    WAIT = "wait"  # another worker is measuring what is needed next
+    STOP = "stop"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Budget:
+    """The starts made, the most the search will still make (``cap``), and a start's cost."""
+
+    starts: int  # server starts of the study so far (failed boots included)
+    cap: int  # never more starts than this
+    boot_s: float | None  # mean over this study's starts (None: no start timed yet)
+    measure_s: float | None
+    modelled: bool  # in the emulator's modelled seconds
+
+    @property
+    def start_s(self) -> float | None:
+        """A start's mean cost: its boot and its measuring."""
+        return None if self.boot_s is None or self.measure_s is None else self.boot_s + self.measure_s
+
+    @property
+    def left_s(self) -> float | None:
+        return None if self.start_s is None else max(self.cap - self.starts, 0) * self.start_s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,16 +90,16 @@ class SearchDecision:
 
     params: dict[str, Any] | None
     key: str | None
-    phase: str  # "speculation off", "largest k", "pin the step-time line", "repeat", "upper bound",
-    # "confirm", "separate", "stop", or "wait" (params None: another worker is measuring what is needed)
+    phase: Phase
     reason: str
     repeat: bool  # params were measured before: measure them again (not a duplicate to reuse)
-    best_key: str | None
-    best_objective: float | None
-    noise: Mapping[str, RunNoise]  # per workload, once repeats or sibling pairs measured it
-    candidates: tuple[CandidateScore, ...]
-    models: Mapping[str, WorkloadModel]  # what the decision was made on (empty before any drafter ran)
-    ties: tuple[str, ...] = ()  # at a stop: leaders that stayed tied, and what would separate them
+    budget: Budget
+    value: StartValue | None = None  # what the start is expected to buy (phase WORTH)
+    price_share: float | None = None  # what a start had to buy to be worth its cost, as a share of the cells' rate
+    noise: Mapping[str, RunNoise] | None = None  # per workload
+    models: Mapping[str, WorkloadModel] | None = None  # what the decision was made on
+    ties: tuple[str, ...] = ()  # at a stop: leaders within the tolerance of each other
+    picks: Mapping[tuple[str, int], Candidate] | None = None  # per cell, what the study would paste now
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +117,20 @@ class _Config:
         return self.candidate.drafter
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _State:
+    """The trials as the decisions read them."""
+
+    configs: dict[str, _Config]
+    measured: list[TrialRecord]
+    starts: dict[str, int]  # key -> server starts that measured it
+    failed: set[str]  # failed in this run, never measured: not to be tried
+    blocked: set[str]  # failed in this run or running elsewhere: not to be measured again now
+    untried: list[_Config]
+    running: set[str]
+    budget: Budget
+
+
 def decide_next(
     trials: Sequence[TrialRecord],
     space: Space,
@@ -97,273 +143,283 @@ def decide_next(
     ``exclude``: keys not to choose, e.g. the ones that failed in this run (a failure stored
     by an earlier run is tried again, as the study loop does for every sampler).
     """
+    state = _state(trials, space, exclude)
+    for step in (_speculation_off, _largest_k):
+        decision = step(state)
+        if decision is not None:
+            return decision
+    return _worth_most(state, settings)
+
+
+def _state(trials: Sequence[TrialRecord], space: Space, exclude: Collection[str]) -> _State:
     configs = _space_configs(space)
     measured = [t for t in trials if t.measured]
     measured_keys = {t.key for t in measured}
     running = {t.key for t in trials if t.running and t.key is not None}
-    failed = set(exclude) - measured_keys  # never measured: not to be tried
-    # failed in this run, measured or not: not to be measured again (a repeat, a tie to separate);
-    # choosing it would only fail again, or be turned away by the study loop, forever
-    blocked = set(exclude) | running
+    failed = set(exclude) - measured_keys
     untried = [c for c in configs.values() if c.key not in measured_keys | failed | running]
-    objective = settings.objective_concurrency
-    weights = settings.workload_weights
-    best = max((t for t in measured if t.feasible), key=lambda t: float(t.value or 0.0), default=None)
+    starts: dict[str, int] = {}
+    for t in measured:
+        starts[t.key or OFF_KEY] = starts.get(t.key or OFF_KEY, 0) + 1
+    return _State(
+        configs=configs,
+        measured=measured,
+        starts=starts,
+        failed=failed,
+        blocked=set(exclude) | running,
+        untried=untried,
+        running=running,
+        budget=start_budget(trials, len(configs)),
+    )
 
-    def decision(
-        config: _Config | None, phase: str, reason: str, *, repeat: bool = False, **extra: Any
-    ) -> SearchDecision:
-        return SearchDecision(
-            params=None if config is None else dict(config.params),
-            key=None if config is None else config.key,
-            phase=phase,
-            reason=reason,
-            repeat=repeat,
-            best_key=best.key if best else None,
-            best_objective=float(best.value or 0.0) if best else None,
-            noise=extra.get("noise", {}),
-            candidates=extra.get("candidates", ()),
-            models=extra.get("models", {}),
-            ties=extra.get("ties", ()),
-        )
 
-    off = configs.get(OFF_KEY)
-    if off is not None and off in untried:
-        return decision(off, "speculation off", "speculation off first: the floor of every drafter's step time")
-    by_drafter: dict[Drafter, list[_Config]] = {}
-    for c in configs.values():
-        if c.drafter is not None and c.key not in failed:
-            by_drafter.setdefault(c.drafter, []).append(c)
-    for drafter, group in by_drafter.items():
-        largest = max(group, key=lambda c: c.k)
-        done = any(drafter_of(t.spec) == drafter and t.num_speculative_tokens >= largest.k for t in measured)
-        if largest in untried and not done:
-            return decision(
-                largest,
-                "largest k",
-                f"k={largest.k} is the largest draft length of {drafter.label}: one run there gives the "
-                "acceptance of every shorter draft",
-            )
-    if not any(t.num_speculative_tokens for t in measured):
-        if any(configs[key].drafter is not None for key in running if key in configs):
-            # Another worker is measuring a drafter's largest k: its acceptance curve is what
-            # every further choice needs, so wait for it instead of guessing.
-            return decision(None, "wait", "waiting for another worker's largest-k trial: its acceptance is needed next")
-        if not untried:
-            return decision(None, "stop", "every configuration of the space was measured or failed")
-        return decision(None, "stop", "no drafter could be measured (every one failed)")
-    mconfigs = [t.measured_config() for t in measured]
-    models = model_search(mconfigs, weights, k_max=max(c.k for c in configs.values()))
-    noise = {w: n for w in weights if (n := run_to_run_noise(mconfigs, w)) is not None}
-    cells = [(w, b) for w in weights for b in settings.concurrency_levels]
-    potentials = _potentials(models, mconfigs, untried, cells, noise)
-    extra: dict[str, Any] = {"noise": noise, "models": models, "candidates": tuple(s for _, s, _ in potentials)}
-    if not any(m.fits for m in models.values()):
-        if untried:
-            # Without a model (e.g. no acceptance counters), fall back to the largest untried k.
-            fallback = max(untried, key=lambda c: (c.drafter is not None, c.k))
-            reason = "no prediction possible (no measured drafter reported acceptance counts)"
-            return decision(fallback, "largest k", f"{reason}; measuring the largest untried k", **extra)
-        return decision(None, "stop", "every configuration of the space was measured or failed", **extra)
-    top_gain = max(potentials, key=lambda p: p[0], default=None)
-    if top_gain is not None and top_gain[0] > 0 and not top_gain[1].line_pinned:
-        # The candidate that could gain most rests on a one-point line: pin that drafter's line
-        # at its predicted optimum (a sibling's pinned line may already keep its bound low).
-        _, score, cell = top_gain
-        drafter = score.drafter
-        same = [(g, s, c) for g, s, c in potentials if s.drafter == drafter and c == cell]
-        _, top, _ = max(same, key=lambda p: p[1].predicted)
-        chosen = next(c for c in untried if c.candidate == top.candidate)
-        return decision(
-            chosen,
-            "pin the step-time line",
-            f"{top.candidate.short_label}: predicted {top.predicted:.1f} tok/s for {_cell(cell)}, up to "
-            f"{top.upper:.1f}; {drafter.label}'s step-time slope is known from one draft length only",
-            **extra,
-        )
-    if not any(n.repeated for n in noise.values()) and best is not None:
-        again = configs.get(best.key or "")
-        if again is not None and again.key not in blocked:
-            return decision(
-                again,
-                "repeat",
-                f"{again.candidate.short_label} once more, the best measured at concurrency {objective}: the "
-                "run-to-run noise every further decision compares with is measured by repeats",
-                repeat=True,
-                **extra,
-            )
-    worth = [(gain, s, cell) for gain, s, cell in potentials if gain > _noise_of(noise, models, cell[0])]
-    if worth:
-        gain, top, cell = max(worth, key=lambda p: p[0])
-        chosen = next(c for c in untried if c.candidate == top.candidate)
-        reason = (
-            f"{top.candidate.short_label}: up to {top.upper:.1f} tok/s for {_cell(cell)} (predicted "
-            f"{top.predicted:.1f}), {100 * gain:.1f}% over the best measured there, beyond its noise "
-            f"({100 * _noise_of(noise, models, cell[0]):.1f}%)"
-        )
-        return decision(chosen, "upper bound", reason, **extra)
-    analysis = _analysis(mconfigs, settings)
-    follow_up = _follow_up(analysis, mconfigs, configs, set(exclude), running, noise)
-    if follow_up is not None:
-        config, phase, reason, repeat = follow_up
-        return decision(config, phase, reason, repeat=repeat, **extra)
-    if top_gain is None:
-        bound = "; every configuration of the space was measured"
-    elif top_gain[0] > 0:
-        bound = (
-            f"; the most an untried configuration could add is {100 * top_gain[0]:.1f}% "
-            f"({top_gain[1].candidate.short_label} for {_cell(top_gain[2])})"
-        )
-    else:
-        bound = "; no untried configuration's upper bound reaches the best measured in any cell"
-    noises = "; ".join(f"{w} {100 * n.relative_sd:.1f}% from {n.basis}" for w, n in noise.items()) or "not measured"
-    ties = _ties(analysis, mconfigs, noise)
-    return decision(
-        None,
-        "stop",
-        f"no untried configuration can change a recommendation by more than the run-to-run noise ({noises}){bound}",
-        ties=ties,
+def start_budget(trials: Sequence[TrialRecord], grid: int) -> Budget:
+    """Starts so far, the cap the last decision left (the grid's size before any), a start's cost."""
+    # a server start: a trial that claimed a configuration and ran it, measured or failed (not
+    # one reused, turned away or running now)
+    started = [t for t in trials if t.reused_from is None and t.key is not None and (t.measured or t.failed)]
+    caps = [t.cap for t in trials if t.cap is not None]
+    timed = [t.times for t in started if t.times is not None]
+    return Budget(
+        starts=len(started),
+        cap=min([grid, *caps]),
+        boot_s=sum(x.boot_s for x in timed) / len(timed) if timed else None,
+        measure_s=sum(x.measure_s for x in timed) / len(timed) if timed else None,
+        modelled=any(x.modelled for x in timed),
+    )
+
+
+def _decision(state: _State, config: _Config | None, phase: Phase, reason: str, **extra: Any) -> SearchDecision:
+    return SearchDecision(
+        params=None if config is None else dict(config.params),
+        key=None if config is None else config.key,
+        phase=phase,
+        reason=reason,
+        repeat=extra.pop("repeat", False),
+        budget=extra.pop("budget", state.budget),
         **extra,
     )
 
 
-def _cell(cell: tuple[str, int]) -> str:
-    return f"{cell[0]} at concurrency {cell[1]}"
+def _speculation_off(state: _State) -> SearchDecision | None:
+    off = state.configs.get(OFF_KEY)
+    if off is None or off not in state.untried:
+        return None
+    return _decision(state, off, Phase.OFF, "the floor of every drafter's step time")
 
 
-def _noise_of(noise: Mapping[str, RunNoise], models: Mapping[str, WorkloadModel], workload: str) -> float:
-    """A workload's run-to-run noise; before any repeat, the model's residual noise (at least 1%)."""
-    if workload in noise:
-        return noise[workload].relative_sd
-    model = models.get(workload)
-    residual = measured_noise(model.throughput) if model is not None and model.throughput is not None else None
-    return residual or 0.01
+def _largest_k(state: _State) -> SearchDecision | None:
+    """Each drafter at its largest draft length not failed; a wait or a stop when no drafter can be modelled."""
+    by_drafter: dict[Drafter, list[_Config]] = {}
+    for c in state.configs.values():
+        if c.drafter is not None and c.key not in state.failed:
+            by_drafter.setdefault(c.drafter, []).append(c)
+    for drafter, group in by_drafter.items():
+        largest = max(group, key=lambda c: c.k)
+        done = any(drafter_of(t.spec) == drafter and t.num_speculative_tokens >= largest.k for t in state.measured)
+        if largest in state.untried and not done:
+            reason = f"the largest draft length of {drafter.label}: its run gives the acceptance of every shorter draft"
+            return _decision(state, largest, Phase.LARGEST_K, reason)
+    if any(t.num_speculative_tokens for t in state.measured):
+        return None
+    if any(state.configs[key].drafter is not None for key in state.running if key in state.configs):
+        # Another worker is measuring a drafter's largest k: its acceptance curve is what every
+        # further choice needs, so wait for it instead of guessing.
+        return _decision(
+            state, None, Phase.WAIT, "waiting for another worker's largest-k trial: its acceptance is needed next"
+        )
+    if not state.untried:
+        return _decision(state, None, Phase.STOP, "every configuration of the space was measured or failed")
+    return _decision(state, None, Phase.STOP, "no drafter could be measured (every one failed)")
 
 
-def _potentials(
-    models: Mapping[str, WorkloadModel],
-    configs: Sequence[MeasuredConfig],
-    untried: Sequence[_Config],
-    cells: Sequence[tuple[str, int]],
-    noise: Mapping[str, RunNoise],
-) -> list[tuple[float, CandidateScore, tuple[str, int]]]:
-    """Per untried candidate and cell: how much its upper bound exceeds the cell's best measured rate."""
-    out = []
-    candidates = [c.candidate for c in untried]
-    for workload, level in cells:
-        rated = measured_rates(configs, workload, level)
-        if not rated:
-            continue
-        scores = score_candidates(
-            models, candidates, concurrency=level, weights={workload: 1.0},
-            noise=noise[workload].relative_sd if workload in noise else None,
-        )  # fmt: skip
-        out.extend((s.upper / rated[0].tokens_per_s - 1.0, s, (workload, level)) for s in scores)
+def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
+    """The start whose expected gain is worth most per minute, if any is worth its cost."""
+    mconfigs = [t.measured_config() for t in state.measured]
+    k_max = max(c.k for c in state.configs.values())
+    noise = {w: n for w in settings.workloads if (n := run_to_run_noise(mconfigs, w, settings.noise_prior))}
+    models = model_search(mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior)
+    extra: dict[str, Any] = {"noise": noise, "models": models}
+    if not any(m.fits for m in models.values()):
+        if state.untried:
+            # Without a model (e.g. no acceptance counters), the largest untried k.
+            fallback = max(state.untried, key=lambda c: (c.drafter is not None, c.k))
+            reason = "no prediction possible (no measured drafter reported acceptance counts); the largest untried k"
+            return _decision(state, fallback, Phase.LARGEST_K, reason, **extra)
+        return _decision(state, None, Phase.STOP, "every configuration of the space was measured or failed", **extra)
+    cells = _cells(models, mconfigs, state, settings, noise)
+    options = _options(state)
+    values = {v.candidate: v for v in start_values(cells, [c.candidate for c in options], tolerance=settings.tolerance)}
+    costs = _costs(cells, options, state.budget)
+    mean_cost = state.budget.start_s or 1.0  # untimed: every cost is 1.0 too
+    price = {c.key: settings.tolerance * START_PRICE * costs[c.key] / mean_cost for c in options}
+    open_now = sum(1 for c in options if values[c.candidate].share >= OPEN_SHARE * price[c.key])
+    budget = replace(state.budget, cap=min(state.budget.cap, state.budget.starts + open_now))
+    picks = {(c.workload, c.concurrency): p for c in cells if (p := cell_loss(c, settings.tolerance).pick)}
+    extra.update(budget=budget, ties=_ties(cells, settings.tolerance, values), picks=picks)
+    worth = [c for c in options if values[c.candidate].share >= price[c.key]]
+    if worth and budget.starts < budget.cap:
+        chosen = max(worth, key=lambda c: values[c.candidate].share / (costs[c.key] or 1.0))
+        value = values[chosen.candidate]
+        again = chosen.key in state.starts
+        reason = _buy_reason(value, again, costs[chosen.key] if budget.start_s else None, budget.modelled)
+        return _decision(
+            state, chosen, Phase.WORTH, reason, repeat=again, value=value, price_share=price[chosen.key], **extra
+        )
+    top = max(options, key=lambda c: values[c.candidate].share / price[c.key], default=None)
+    if worth:
+        reason = f"the cap of {budget.cap} server starts is reached"
+    elif top is None or values[top.candidate].tokens_per_s <= 0:
+        reason = "no start could change what the study pastes by more than the tolerance"
+    else:
+        value = values[top.candidate]
+        reason = (
+            f"no start is worth its time: the closest, {top.candidate.short_label}"
+            f"{' again' if top.key in state.starts else ''}, would buy {_buy(value)}, "
+            f"{100 * value.share:.2f}% in all, where "
+            + (f"a start of {_minutes(costs[top.key], budget.modelled)}" if budget.start_s else "a start")
+            + f" must buy {100 * price[top.key]:.2f}%"
+        )
+    return _decision(state, None, Phase.STOP, reason, **extra)
+
+
+def _costs(cells: Sequence[CellBelief], options: Sequence[_Config], budget: Budget) -> dict[str, float]:
+    """Each option's expected start: the study's mean boot, and its mean measuring time scaled by
+    how much slower the option is predicted to stream than what the study measured (seconds; 1
+    each before any start was timed: then every start costs the same)."""
+    if budget.boot_s is None or budget.measure_s is None:
+        return {c.key: 1.0 for c in options}
+    out = {}
+    for option in options:
+        ratios = []
+        for cell in cells:
+            j = cell.column(option.candidate)
+            measured = [i for i, c in enumerate(cell.sample.candidates) if c in cell.measured]
+            if j is not None and measured and cell.sample.tokens_per_s[j] > 0:
+                ratios.append(float(cell.sample.tokens_per_s[measured].mean() / cell.sample.tokens_per_s[j]))
+        slower = sum(ratios) / len(ratios) if ratios else 1.0
+        out[option.key] = budget.boot_s + budget.measure_s * slower
     return out
 
 
-def _analysis(configs: Sequence[MeasuredConfig], settings: StudySettings) -> StudyAnalysis | None:
-    try:
-        return analyze_with_settings(configs, settings)
-    except FitError:
-        return None
+def _minutes(seconds: float, modelled: bool) -> str:
+    return f"{seconds / 60:.1f} min" + (" (modelled)" if modelled else "")
 
 
-def _follow_up(
-    analysis: StudyAnalysis | None,
+def _options(state: _State) -> list[_Config]:
+    """What a start could measure: untried configurations, and measured ones not started enough."""
+    again = [
+        c
+        for key, c in state.configs.items()
+        if key in state.starts and state.starts[key] < MAX_STARTS and key not in state.blocked
+    ]
+    return [*state.untried, *again]
+
+
+def _cells(
+    models: Mapping[str, WorkloadModel],
     configs: Sequence[MeasuredConfig],
-    space: Mapping[str, _Config],
-    failed: set[str],
-    running: set[str],
+    state: _State,
+    settings: StudySettings,
     noise: Mapping[str, RunNoise],
-) -> tuple[_Config, str, str, bool] | None:
-    """After the search: a recommendation never measured, then a tied leader to measure again."""
-    if analysis is None:
-        return None
-    by_candidate = {c.candidate: c for c in space.values()}
-    starts = {key: sum(1 for c in configs if c.key == key) for key in {c.key for c in configs}}
-    for rec in analysis.recommendations:
-        config = by_candidate.get(rec.choice)
-        if not rec.measured and config is not None and config.key not in failed | running:
-            return (
-                config,
-                "confirm",
-                f"{rec.choice.short_label} is recommended for {_cell((rec.workload, rec.concurrency))} but was never "
-                "measured: measure it before it is pasted",
-                False,
-            )
-    for rec in analysis.recommendations:
-        if not _tie_matters(rec):
-            continue
-        # the runner-up to separate from the choice: the first tied candidate that was measured (an
-        # unmeasured one is the upper-bound phase's business), as the stop's tie lines name it
-        measured = [c for c in rec.tied if by_candidate.get(c) is not None and by_candidate[c].key in starts]
-        pair = [c for c in (rec.choice, *measured[:1]) if by_candidate.get(c) is not None]
-        if len(pair) < 2 or rec.workload not in noise:
-            continue
-        keys = [by_candidate[c].key for c in pair]
-        if any(k not in starts or k in running | failed for k in keys) or min(starts[k] for k in keys) >= MAX_STARTS:
-            continue
-        fewer = min(pair, key=lambda c: (starts[by_candidate[c].key], c != rec.choice))
-        return (
-            by_candidate[fewer],
-            "separate",
-            f"{rec.choice.short_label} and {pair[1].short_label} are tied for "
-            f"{_cell((rec.workload, rec.concurrency))}: measuring {fewer.short_label} again "
-            f"(start {starts[by_candidate[fewer].key] + 1} of at most {MAX_STARTS})",
-            True,
-        )
-    return None
-
-
-def _tie_matters(rec: Recommendation) -> bool:
-    """Whether the runner-up the data cannot tell from the choice could be more than
-    ``SEPARATION_MARGIN`` faster (below that, either is a good pick)."""
-    if not rec.tied:
-        return False
-    row = next(r for r in rec.candidates if r.candidate == rec.tied[0])
-    return -row.shortfall_low_tokens_per_s > SEPARATION_MARGIN * rec.tokens_per_s
-
-
-def _ties(
-    analysis: StudyAnalysis | None, configs: Sequence[MeasuredConfig], noise: Mapping[str, RunNoise]
-) -> tuple[str, ...]:
-    """Cells whose leaders the data could not separate, and how many starts each would take."""
-    if analysis is None:
-        return ()
+) -> list[CellBelief]:
+    """What the study knows of every cell: joint draws of each runnable configuration's rate."""
+    runnable = {c.candidate for key, c in state.configs.items() if key not in state.failed}
+    mean_weight = sum(settings.workload_weights.values()) / len(settings.workload_weights)
+    k_min = settings.k_range[0] if settings.k_range else 1
     out = []
-    for rec in analysis.recommendations:
-        measured = [c for c in rec.tied if any(r.candidate == c and r.measured_tokens_per_s for r in rec.candidates)]
-        if not measured or not _tie_matters(rec):
+    for index, (workload, weight) in enumerate(settings.workload_weights.items()):
+        model = models.get(workload)
+        if model is None or model.throughput is None:
             continue
-        other = next(r for r in rec.candidates if r.candidate == measured[0])
-        difference = 1.0 - other.tokens_per_s / rec.tokens_per_s
-        line = (
-            f"{_cell((rec.workload, rec.concurrency))}: {rec.choice.short_label} and "
-            f"{', '.join(c.short_label for c in measured)} are tied (predicted {100 * difference:.1f}% apart)"
-        )
-        run = noise.get(rec.workload)
-        if run is not None:
-            starts = run.separating_starts(difference)
-            line += (
-                f"; with run-to-run noise {100 * run.relative_sd:.1f}%, about {starts} server "
-                f"start{'s' if starts > 1 else ''} of each would separate a difference that size"
+        for level in settings.concurrency_levels:
+            if level not in model.throughput.concurrency_levels:
+                continue
+            try:
+                sample = sample_rates(
+                    model.throughput, model.fits, concurrency=level, k_min=k_min, draws=DRAWS, seed=1000 * index + level
+                )
+            except FitError:
+                continue
+            sample = _restrict(sample, runnable)
+            if not sample.candidates:
+                continue
+            measured = frozenset(state.configs[r.key].candidate for r in measured_rates(configs, workload, level)
+                                 if r.key in state.configs)  # fmt: skip
+            out.append(
+                CellBelief(
+                    workload=workload, concurrency=level, weight=weight / mean_weight, sample=sample, measured=measured,
+                    noise=noise[workload].relative_sd if workload in noise else 0.02,
+                )
+            )  # fmt: skip
+    return out
+
+
+def _restrict(sample: RateSample, keep: Collection[Candidate]) -> RateSample:
+    """The sample's columns of the configurations in ``keep``."""
+    columns = [j for j, c in enumerate(sample.candidates) if c in keep]
+    return RateSample(
+        concurrency=sample.concurrency,
+        candidates=tuple(sample.candidates[j] for j in columns),
+        tokens_per_step=sample.tokens_per_step[columns],
+        step_time_s=sample.step_time_s[columns],
+        step_time_source=tuple(sample.step_time_source[j] for j in columns),
+        tokens_per_s=sample.tokens_per_s[columns],
+        draws=sample.draws[:, columns],
+    )
+
+
+def _buy(value: StartValue) -> str:
+    """ "0.41 tok/s (prose at 1 +0.83%, prose at 4 +0.03%)": in tok/s, and per cell as a share of its rate."""
+    where = ", ".join(f"{w} at {b} +{100 * share:.2f}%" for w, b, _, share in value.by_cell[:3])
+    more = f" and {len(value.by_cell) - 3} more" if len(value.by_cell) > 3 else ""
+    return f"{value.tokens_per_s:.2f} tok/s ({where or 'nothing'}{more})"
+
+
+def _buy_reason(value: StartValue, again: bool, cost_s: float | None, modelled: bool) -> str:
+    """ "k=2 probabilistic: expected to buy 1.20 tok/s (technical at 4 +1.71%) for about 6.1 min"."""
+    what = f"{value.candidate.short_label}{' again' if again else ''}"
+    cost = f" for about {_minutes(cost_s, modelled)}" if cost_s is not None else ""
+    return f"{what}: expected to buy {_buy(value)}{cost}"
+
+
+def _ties(cells: Sequence[CellBelief], tolerance: float, values: Mapping[Candidate, StartValue]) -> tuple[str, ...]:
+    """Per cell: measured rivals no more than the tolerance apart from the pick (either is fine),
+    and rivals that could be more than the tolerance faster, with what a start of each would buy."""
+    out = []
+    for cell in cells:
+        pick = cell_loss(cell, tolerance).pick
+        if pick is None:
+            continue
+        where = f"{cell.workload} at concurrency {cell.concurrency}"
+        rivals = within_tolerance(cell, pick, tolerance)
+        if rivals:
+            names = ", ".join(c.short_label for c in rivals)
+            out.append(
+                f"{where}: {pick.short_label} and {names} are within {100 * tolerance:g}% of each other: either is fine"
             )
-        out.append(line)
+        for rival, most in could_be_faster(cell, pick, tolerance)[:2]:
+            value = values.get(rival)
+            buys = f"; a start of it would buy {100 * value.share:.2f}%" if value is not None else ""
+            out.append(
+                f"{where}: {rival.short_label} could be up to {100 * most:.1f}% faster than {pick.short_label}{buys}"
+            )
     return tuple(out)
 
 
 def model_search(
-    configs: Sequence[MeasuredConfig], workloads: Mapping[str, float], *, k_max: int
+    configs: Sequence[MeasuredConfig],
+    workloads: Mapping[str, float],
+    *,
+    k_max: int,
+    noise_prior: Any = None,
 ) -> dict[str, WorkloadModel]:
-    """The report's models of every workload, with the acceptance band the upper bounds use."""
+    """The report's models of every workload."""
     k_max = study_k_max(configs, k_max)
     out = {}
     for name in workloads:
         try:
-            out[name] = model_workload(
-                configs, name, k_max=k_max, confidence=ACCEPTANCE_CONFIDENCE, draws=ACCEPTANCE_DRAWS
-            )
+            out[name] = model_workload(configs, name, k_max=k_max, noise_prior=noise_prior)
         except FitError:
             continue
     return out
@@ -378,8 +434,3 @@ def _space_configs(space: Space) -> dict[str, _Config]:
         candidate = Candidate(drafter=drafter if k else None, num_speculative_tokens=k if drafter else 0)
         out[config_key(spec)] = _Config(key=config_key(spec), params=params, candidate=candidate)
     return out
-
-
-def _measured_label(record: TrialRecord) -> str:
-    drafter = drafter_of(record.spec)
-    return Candidate(drafter=drafter, num_speculative_tokens=record.num_speculative_tokens).short_label

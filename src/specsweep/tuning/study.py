@@ -28,7 +28,7 @@ from specsweep.runtime.measure import thin_levels
 from specsweep.runtime.trial_server import read_help_flags
 from specsweep.tuning import records
 from specsweep.tuning.claims import claim, key_states
-from specsweep.tuning.events import MeasuredElsewhere, Note, Planned, TrialReused, Waiting
+from specsweep.tuning.events import MeasuredElsewhere, Note, Planned, StartsLeft, TrialReused, Waiting
 from specsweep.tuning.space import Space, build_space, check_space, check_spec_args, config_key
 from specsweep.tuning.storage import (
     Heartbeat,
@@ -38,15 +38,16 @@ from specsweep.tuning.storage import (
     open_storage,
     redact_password,
 )
-from specsweep.tuning.strategy import SearchDecision, decide_next
+from specsweep.tuning.strategy import Phase, SearchDecision, decide_next, start_budget
 from specsweep.tuning.study_store import StudyPaths, open_study, settings_of
 from specsweep.tuning.study_time import StudyTime, study_time
 from specsweep.tuning.trial import TrialRunner, level_targets
 from specsweep.types import EventCallback
 from specsweep.workload import Workload, load_workload
 
-# Search decisions that measure a configuration expected to lead: never stopped for being behind.
-CONTENDER_PHASES = ("repeat", "separate", "confirm", "planned")
+# Trials that measure a configuration chosen by hand: never stopped for being behind (a search's
+# repeat is a contender too: the trial says so itself).
+PLANNED = "planned"
 
 
 class StudyInterrupted(SpecsweepError):
@@ -183,9 +184,10 @@ class StudyRunner:
                         waiting = True
                         time.sleep(self.poll_s)
                         continue
+                decision = None
                 if config.sampler == "model" and not queued:
                     decision = self._decide(exclude=keys.failed)
-                    if decision.params is None and decision.phase == "wait" and has_heartbeats(self.storage):
+                    if decision.params is None and decision.phase == Phase.WAIT and has_heartbeats(self.storage):
                         if not waiting:
                             self.emit(Note(text=decision.reason))
                         waiting = True
@@ -196,10 +198,14 @@ class StudyRunner:
                         self.ties = decision.ties
                         break
                     self.study.enqueue_trial(
-                        decision.params, user_attrs=records.decision_attrs(decision.phase, repeat=decision.repeat)
+                        decision.params,
+                        user_attrs=records.decision_attrs(
+                            decision.phase, repeat=decision.repeat, cap=decision.budget.cap
+                        ),
                     )
                 waiting = False
                 new_trials += 1
+                self._say_starts_left(decision, len(space_keys))
                 trial = self._ask()
                 heartbeat.follow(trial._trial_id)
                 outcome = self._run_next(trial, before)
@@ -232,7 +238,7 @@ class StudyRunner:
         key = config_key(self.space.config_from_params(params))
         if key in key_states(self.study, before).measured:
             return "skipped"
-        self.study.enqueue_trial(params, user_attrs=records.decision_attrs("planned"))
+        self.study.enqueue_trial(params, user_attrs=records.decision_attrs(PLANNED))
         with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat:
             trial = self._ask()
             heartbeat.follow(trial._trial_id)
@@ -267,8 +273,8 @@ class StudyRunner:
         largest = spec is not None and spec.num_speculative_tokens == max(self.space.k_values)
         targets = level_targets(
             self.config, records.measured_configs(self.study), key=key,
-            contender=repeat or phase in CONTENDER_PHASES,
-            acceptance_run=phase == "largest k" or (phase is None and largest), time_scale=self.trials.time_scale,
+            contender=repeat or phase == PLANNED,
+            acceptance_run=phase == Phase.LARGEST_K or (phase is None and largest), time_scale=self.trials.time_scale,
         )  # fmt: skip
         trial_started = time.monotonic()
         try:
@@ -287,9 +293,14 @@ class StudyRunner:
     def _decide(self, *, exclude: Collection[str]) -> SearchDecision:
         """The model-guided search's next configuration (or why none), from every trial in storage."""
         decision = decide_next(records.read_trials(self.study), self.space, self.settings, exclude=exclude)
-        if decision.phase != "wait":  # a wait is said once, by the loop
+        if decision.phase != Phase.WAIT:  # a wait is said once, by the loop
             self.emit(Planned(phase=decision.phase, reason=decision.reason, params=decision.params))
         return decision
+
+    def _say_starts_left(self, decision: SearchDecision | None, grid: int) -> None:
+        """Before a start: which start it is, of at most how many, and the time that leaves."""
+        left = decision.budget if decision is not None else start_budget(records.read_trials(self.study), grid)
+        self.emit(StartsLeft(starts=left.starts, cap=left.cap, left_s=left.left_s, modelled=left.modelled))
 
     def _collapse_note(self) -> str:
         if not self.engine.has_draft_sample_method:
