@@ -53,8 +53,16 @@ from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.config import SearchSpace
 from specsweep.emulator.model import compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import Profile, load_profile
+from specsweep.engines.registry import USUAL_RUN_NOISE
 from specsweep.engines.vllm import validate_speculative_config
-from specsweep.tuning.records import decision_attrs, read_trials, record_config, record_results
+from specsweep.tuning.records import (
+    TrialTimes,
+    decision_attrs,
+    read_trials,
+    record_config,
+    record_results,
+    record_times,
+)
 from specsweep.tuning.space import Space, build_space, config_key
 from specsweep.tuning.strategy import decide_next
 from specsweep.types import LevelFigures, StudySettings
@@ -168,8 +176,17 @@ def measure_into(study: optuna.Study, trial: optuna.Trial, case: Case, key: str,
     value = results[case.workload][case.concurrency].output_tokens_per_s
     record_config(trial, key=key, spec=case.space.config_from_params(trial.params))
     record_results(trial, results=results, constraints=[0.0], record_file=None)
+    record_times(trial, start_times(case, results))
     study.tell(trial, value)
     return value
+
+
+def start_times(case: Case, results: dict[str, dict[int, LevelFigures]]) -> TrialTimes:
+    """What the simulated start cost, modelled: the profile's boot, and each level measured for as
+    long as adaptive measurement's least (two requests at one stream, one per stream above) takes."""
+    levels = results[case.workload].values()
+    measure = sum(max(2, r.concurrency) * MAX_TOKENS / (r.output_tokens_per_s or 1.0) for r in levels)
+    return TrialTimes(boot_s=case.profile.startup_s, measure_s=measure, modelled=True)
 
 
 def run_specsweep(case: Case, seed: int, args) -> tuple[int, list[str]]:
@@ -183,20 +200,38 @@ def run_specsweep(case: Case, seed: int, args) -> tuple[int, list[str]]:
         objective_concurrency=case.concurrency,
         k_range=(1, K_MAX),
         baseline_key=None,
+        noise_prior=USUAL_RUN_NOISE,
     )
-    measured: dict[str, list[float]] = {}
-    picks = []
+    picks: list[str] = []
     while True:
         decision = decide_next(read_trials(study), case.space, settings)
+        pick = (decision.picks or {}).get((case.workload, case.concurrency))
+        if pick is not None:  # what the study would paste now, from the restarts so far
+            picks[-1:] = [key_of(case, pick)]
         if decision.params is None:
             break
         study.enqueue_trial(decision.params, user_attrs=decision_attrs(decision.phase, repeat=decision.repeat))
         trial = study.ask()
         params = {name: trial.suggest_categorical(name, values) for name, values in grid.items()}
         key = config_key(case.space.config_from_params(params))
-        measured.setdefault(key, []).append(measure_into(study, trial, case, key, rng, args))
-        picks.append(max(measured, key=lambda k: statistics.fmean(measured[k])))  # repeats averaged
+        measure_into(study, trial, case, key, rng, args)
+        picks.append(None)
     return len(picks), picks
+
+
+def key_of(case: Case, candidate) -> str:
+    """The configuration key of a candidate of the case's space."""
+    for key, params in case.params.items():
+        k = int(params["num_speculative_tokens"])
+        if candidate.off and k == 0:
+            return key
+        if (
+            not candidate.off
+            and k == candidate.num_speculative_tokens
+            and (params.get("draft_sample_method") == candidate.drafter.draft_sample_method)
+        ):
+            return key
+    raise KeyError(candidate)
 
 
 def oracle_reach(case: Case, picks: list[str | None]) -> int | None:

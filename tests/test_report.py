@@ -27,7 +27,7 @@ from specsweep.engines.vllm import validate_speculative_config
 from specsweep.report.figures import TrialPoint, acceptance_figure_data, history_figure_data, throughput_figure_data
 from specsweep.report.snippets import render_snippet
 from specsweep.report.study_report import snippet_heading, write_report
-from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, StudySettings
+from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, RunNoisePrior, StudySettings
 
 LEVELS = (1, 4)
 TEMPERATURE = 0.6
@@ -288,3 +288,67 @@ def test_drafters_without_per_position_counters_get_the_aggregate_fit(tmp_path) 
     assert not rec.speculation_off and 1 <= rec.choice.num_speculative_tokens <= 5
     write_report(analysis, configs, SETTINGS, [], tmp_path / "r", name="aggregate")
     assert (tmp_path / "r" / "figures" / "acceptance-technical.png").is_file()
+
+
+def test_a_drafter_whose_steps_misfit_a_line_is_ranked_on_what_it_measured() -> None:
+    """The probabilistic drafter's step times shaped by captured batch sizes (k = 2 and 4 steps 12%
+    slower, k = 3 8% faster than a line): its line misfits at 1% noise, the analysis says so, each
+    measured configuration is predicted at the rate it measured, and the recommendation is the one
+    measured fastest."""
+    configs = simulated_configs("technical", range(1, 6), ("probabilistic",), noise=0.0)
+    shape = {2: 1 / 1.12, 3: 1.08, 4: 1 / 1.12}
+    shaped = []
+    for config in configs:
+        k = config.spec.num_speculative_tokens if config.spec else 0
+        factor = shape.get(k, 1.0)
+        levels = {
+            b: replace(r, output_tokens_per_s=r.output_tokens_per_s * factor)
+            for b, r in config.results["technical"].items()
+        }
+        shaped.append(replace(config, results={"technical": levels}))
+    prior = RunNoisePrior(relative_sd=0.01, df=20, source="test")
+    analysis = analyze_study(
+        shaped, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=5, noise_prior=prior
+    )  # fmt: skip
+    fit = analysis.models["technical"].fit_for(1, Drafter(method="dspark", draft_sample_method="probabilistic"))
+    assert fit.misfit and "misfit" in fit.basis
+    assert any("technical: at concurrency 1, dspark (probabilistic)'s measured step times are off a line" in n
+               for n in analysis.notes)  # fmt: skip
+    rec = analysis.recommendation("technical", 1)
+    measured = {row.candidate: row.measured_tokens_per_s for row in rec.candidates if row.measured_tokens_per_s}
+    for row in rec.candidates:
+        if row.measured_tokens_per_s and not row.candidate.off:
+            assert row.misfit and row.tokens_per_s == pytest.approx(row.measured_tokens_per_s)
+    assert rec.choice == max(measured, key=measured.__getitem__)
+
+
+def test_between_tied_leaders_where_the_model_misfits_the_paste_runs_the_one_measured_fastest() -> None:
+    """The model ranks k=4 first, tied with k=3, on a drafter whose line misfits; k=3 measured faster:
+    the paste runs k=3 and says why. Where the line fits, the model's pick stands."""
+    prob = Drafter(method="dspark", draft_sample_method="probabilistic")
+    k3, k4 = (Candidate(drafter=prob, num_speculative_tokens=k) for k in (3, 4))
+
+    def rec(misfit: bool) -> Recommendation:
+        rows = tuple(
+            CandidateRate(
+                candidate=c, tokens_per_s=predicted, tokens_per_s_low=predicted * 0.95,
+                tokens_per_s_high=predicted * 1.05, shortfall_tokens_per_s=0.0, shortfall_low_tokens_per_s=-1.0,
+                shortfall_high_tokens_per_s=1.0, step_time_source="measured", measured_tokens_per_s=measured,
+                misfit=misfit,
+            )
+            for c, predicted, measured in ((k4, 60.0, 58.2), (k3, 59.8, 64.1), (OFF, 55.0, 55.0))
+        )  # fmt: skip
+        return Recommendation(
+            workload="w", concurrency=1, choice=k4, speculation_off=False, tokens_per_s=60.0, tokens_per_s_low=57.0,
+            tokens_per_s_high=63.0, measured_tokens_per_s=58.2, tied=(k3,), measured=True, gain_over_off=None,
+            gain_over_baseline=None, reason="", candidates=rows, confidence=0.95, draws=1, seed=0,
+        )  # fmt: skip
+
+    templates = {prob: spec(4, "probabilistic")}
+    plan = plan_snippet("w", [rec(misfit=True)], templates, max_num_seqs=4)
+    assert plan.choice_by_concurrency == {1: k3} and plan.spec.num_speculative_tokens == 3
+    (note,) = plan.measured_over_model
+    assert "the measurements favour k=3 dspark (probabilistic) (64.1 against 58.2 tok/s measured)" in note
+    assert note in plan.notes
+    fitting = plan_snippet("w", [rec(misfit=False)], templates, max_num_seqs=4)
+    assert fitting.choice_by_concurrency == {1: k4} and not fitting.measured_over_model

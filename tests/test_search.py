@@ -119,7 +119,7 @@ def run_until_stop(measured: list, *, noise: float, most: int = 12) -> tuple[lis
 
 def test_then_the_start_worth_most_until_none_is_worth_its_cost() -> None:
     """From off and both largest k: the probabilistic drafter inside the range (it accepts more at
-    the same cost), each start saying what it is expected to buy, the cap never rising, and a stop
+    the same cost), each start saying what it is expected to buy, never more starts than the grid, and a stop
     once no start is worth its time, with the true best measured and fewer starts than the grid."""
     measured = [(0, "off"), (5, "greedy"), (5, "probabilistic")]
     first = decide(trials_for(*measured))
@@ -131,9 +131,9 @@ def test_then_the_start_worth_most_until_none_is_worth_its_cost() -> None:
     assert stop.phase == "stop", [s.reason for s in steps]
     assert "no start is worth its time" in stop.reason or "more than the tolerance" in stop.reason
     assert all(s.phase == "worth it" and s.value.share >= s.price_share for s in steps[1:])
-    # every start proposed lies within the cap it promised (these synthetic trials keep no caps, so
-    # each decision promises afresh; a study's do, and never rise: tests/test_study.py)
-    assert all(s.budget.starts < s.budget.cap <= SPACE.size() for s in steps)
+    # never more starts than the grid; each start counts itself among those expected
+    assert all(s.budget.starts < s.budget.cap == SPACE.size() for s in steps)
+    assert all(s.budget.starts < s.budget.expected <= SPACE.size() for s in steps)
     assert best_by_truth() in measured
     assert stop.picks[("prose", 1)] == Candidate(drafter=PROBABILISTIC, num_speculative_tokens=best_by_truth()[0])
     assert len(measured) <= 7 < SPACE.size()

@@ -13,6 +13,12 @@ Two kinds of evidence, per workload and concurrency level, on the log scale of s
   length beyond the first). Were the factor not the same at every k, the misfit would only
   widen the estimate.
 
+Before either exists, and pooled with them as its degrees of freedom, the engine's usual noise
+(a ``RunNoisePrior``: what starts of that engine usually vary by, an assumption the study's own
+starts take over from). Never below the starts' own request spread: each level keeps its rate's
+relative standard error from its requests (``LevelFigures.relative_se``), and a start cannot be
+steadier than its own requests.
+
 The pooled spread is the workload's run-to-run relative sd: what a difference between two
 configurations measured once each must exceed to mean something. It holds everything that moves
 between starts (the measurement's own error, the engine's state after boot, drift and other

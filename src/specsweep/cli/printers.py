@@ -346,11 +346,14 @@ def print_boot(out: Console, best: MeasuredConfig, *, on_emulator: bool) -> None
 
 
 def left_line(left: StartsLeft) -> str:
-    """What is left of the study: "start 4 of at most 7; at most about 30 min left (modelled)"."""
+    """What is left of the study: "start 4 of at most 11, about 6 expected; about 12.4 min left (modelled)"."""
     line = f"start {left.starts + 1} of at most {left.cap}"
-    if left.left_s is None:
-        return line + "; time left: known once a start is timed"
-    return line + f"; at most about {_minutes(left.left_s)} left" + (" (modelled)" if left.modelled else "")
+    unit = " (modelled)" if left.modelled else ""
+    if left.expected is not None and left.left_s is not None:
+        return line + f", about {left.expected} expected; about {_minutes(left.left_s)} left{unit}"
+    if left.start_s is not None:
+        return line + f"; a start takes about {_minutes(left.start_s)}{unit}"
+    return line + "; time left: known once a start is timed"
 
 
 def _minutes(seconds: float) -> str:

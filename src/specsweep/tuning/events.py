@@ -30,12 +30,15 @@ class Planned:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartsLeft:
-    """Before a server start: it is start ``starts + 1`` of at most ``cap``, about ``left_s`` to go."""
+    """Before a server start: it is start ``starts + 1`` of at most ``cap``; about ``expected`` in
+    all, which leaves about ``left_s``."""
 
     starts: int
     cap: int
-    left_s: float | None  # None: no start timed yet
-    modelled: bool  # left_s in the emulator's modelled seconds
+    expected: int | None  # None: not known yet (before the search values any start)
+    left_s: float | None  # None: not known yet
+    start_s: float | None  # a start's mean cost so far (None: none timed yet)
+    modelled: bool  # the times in the emulator's modelled seconds
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

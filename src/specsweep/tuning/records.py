@@ -159,7 +159,6 @@ class TrialRecord:
     retry_of: int | None = None
     repeat: bool = False  # measured again on purpose (run-to-run noise, tied leaders), not a duplicate
     times: TrialTimes | None = None  # where its time went (None: studies from before it was kept)
-    cap: int | None = None  # the most server starts the search promised when it chose this trial
 
     @property
     def measured(self) -> bool:
@@ -220,7 +219,6 @@ def read_trial(trial: optuna.trial.FrozenTrial) -> TrialRecord:
         retry_of=attrs.get("retry_of"),
         repeat=bool(attrs.get("repeat")),
         times=_times_from_stored(attrs.get("times")),
-        cap=attrs.get("cap"),
     )
 
 
@@ -302,11 +300,10 @@ def record_failure_of(study: optuna.Study, number: int, reason: str) -> None:
     optuna.trial.Trial(study, study.trials[number]._trial_id).set_user_attr("fail_reason", reason)
 
 
-def decision_attrs(phase: str, *, repeat: bool = False, cap: int | None = None) -> dict[str, Any]:
+def decision_attrs(phase: str, *, repeat: bool = False) -> dict[str, Any]:
     """What a trial is enqueued with: the decision that chose it, whether it measures a
-    configuration again on purpose (else a measured configuration is reused, not measured), and
-    the most server starts the search promised then."""
-    return {"phase": str(phase), **({"repeat": True} if repeat else {}), **({"cap": cap} if cap is not None else {})}
+    configuration again on purpose (else a measured configuration is reused, not measured)."""
+    return {"phase": str(phase), **({"repeat": True} if repeat else {})}
 
 
 def is_repeat(trial: optuna.Trial) -> bool:

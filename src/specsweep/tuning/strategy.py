@@ -17,9 +17,11 @@ Order of decisions (docs/search.md), one small function each:
    A start is worth it when it is expected to buy ``START_PRICE`` of the tolerance of the cells'
    summed rate for a start of the study's mean cost, in proportion to its own cost; the start
    that buys most per minute goes next;
-4. stop when none is worth it, or when the starts reach the cap: the grid's size at first, then
-   at each decision the starts made plus the configurations that could still be worth one, never
-   rising again, so "start 4 of at most 7" is a promise.
+4. stop when none is worth it, and never after as many starts as the grid has configurations.
+
+Before each start the study says which start it is, the most it will make (the grid's size),
+how many it expects (the starts made, this one, and each other start worth its price now) and
+the time those leave at the study's mean start: "start 4 of at most 11, about 6 expected".
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ MAX_STARTS = 2  # server starts of one configuration, repeats included
 # A start of the study's mean cost must be expected to buy this share of the tolerance (0.2 of 1%:
 # 0.2% of the cells' summed rate). Checked by bench/sweep_efficiency.py and bench/time_to_answer.py.
 START_PRICE = 0.2
-OPEN_SHARE = 0.1  # a configuration worth a tenth of its price may still become worth it: it keeps the cap up
 
 
 class Phase(StrEnum):
@@ -66,10 +67,11 @@ class Phase(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Budget:
-    """The starts made, the most the search will still make (``cap``), and a start's cost."""
+    """The starts made, the most the search will make (``cap``), the starts it expects, and a start's cost."""
 
     starts: int  # server starts of the study so far (failed boots included)
-    cap: int  # never more starts than this
+    cap: int  # never more starts than this: the grid's size
+    expected: int | None  # the starts the search expects in all now (None: not known before values exist)
     boot_s: float | None  # mean over this study's starts (None: no start timed yet)
     measure_s: float | None
     modelled: bool  # in the emulator's modelled seconds
@@ -81,7 +83,9 @@ class Budget:
 
     @property
     def left_s(self) -> float | None:
-        return None if self.start_s is None else max(self.cap - self.starts, 0) * self.start_s
+        if self.start_s is None or self.expected is None:
+            return None
+        return max(self.expected - self.starts, 0) * self.start_s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,15 +178,15 @@ def _state(trials: Sequence[TrialRecord], space: Space, exclude: Collection[str]
 
 
 def start_budget(trials: Sequence[TrialRecord], grid: int) -> Budget:
-    """Starts so far, the cap the last decision left (the grid's size before any), a start's cost."""
+    """Starts so far, the grid's size as the cap, and a start's mean cost."""
     # a server start: a trial that claimed a configuration and ran it, measured or failed (not
     # one reused, turned away or running now)
     started = [t for t in trials if t.reused_from is None and t.key is not None and (t.measured or t.failed)]
-    caps = [t.cap for t in trials if t.cap is not None]
     timed = [t.times for t in started if t.times is not None]
     return Budget(
         starts=len(started),
-        cap=min([grid, *caps]),
+        cap=grid,
+        expected=None,
         boot_s=sum(x.boot_s for x in timed) / len(timed) if timed else None,
         measure_s=sum(x.measure_s for x in timed) / len(timed) if timed else None,
         modelled=any(x.modelled for x in timed),
@@ -253,11 +257,10 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     costs = _costs(cells, options, state.budget)
     mean_cost = state.budget.start_s or 1.0  # untimed: every cost is 1.0 too
     price = {c.key: settings.tolerance * START_PRICE * costs[c.key] / mean_cost for c in options}
-    open_now = sum(1 for c in options if values[c.candidate].share >= OPEN_SHARE * price[c.key])
-    budget = replace(state.budget, cap=min(state.budget.cap, state.budget.starts + open_now))
+    worth = [c for c in options if values[c.candidate].share >= price[c.key]]
+    budget = replace(state.budget, expected=min(state.budget.cap, state.budget.starts + len(worth)))
     picks = {(c.workload, c.concurrency): p for c in cells if (p := cell_loss(c, settings.tolerance).pick)}
     extra.update(budget=budget, ties=_ties(cells, settings.tolerance, values), picks=picks)
-    worth = [c for c in options if values[c.candidate].share >= price[c.key]]
     if worth and budget.starts < budget.cap:
         chosen = max(worth, key=lambda c: values[c.candidate].share / (costs[c.key] or 1.0))
         value = values[chosen.candidate]
@@ -268,7 +271,7 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
         )
     top = max(options, key=lambda c: values[c.candidate].share / price[c.key], default=None)
     if worth:
-        reason = f"the cap of {budget.cap} server starts is reached"
+        reason = f"as many server starts as the grid has configurations ({budget.cap}) were made"
     elif top is None or values[top.candidate].tokens_per_s <= 0:
         reason = "no start could change what the study pastes by more than the tolerance"
     else:

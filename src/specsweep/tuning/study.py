@@ -199,9 +199,7 @@ class StudyRunner:
                         break
                     self.study.enqueue_trial(
                         decision.params,
-                        user_attrs=records.decision_attrs(
-                            decision.phase, repeat=decision.repeat, cap=decision.budget.cap
-                        ),
+                        user_attrs=records.decision_attrs(decision.phase, repeat=decision.repeat),
                     )
                 waiting = False
                 new_trials += 1
@@ -300,7 +298,12 @@ class StudyRunner:
     def _say_starts_left(self, decision: SearchDecision | None, grid: int) -> None:
         """Before a start: which start it is, of at most how many, and the time that leaves."""
         left = decision.budget if decision is not None else start_budget(records.read_trials(self.study), grid)
-        self.emit(StartsLeft(starts=left.starts, cap=left.cap, left_s=left.left_s, modelled=left.modelled))
+        self.emit(
+            StartsLeft(
+                starts=left.starts, cap=left.cap, expected=left.expected, left_s=left.left_s,
+                start_s=left.start_s, modelled=left.modelled,
+            )
+        )  # fmt: skip
 
     def _collapse_note(self) -> str:
         if not self.engine.has_draft_sample_method:

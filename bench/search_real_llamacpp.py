@@ -1,0 +1,120 @@
+"""The model-guided search against the grid on a real llama-server (Gemma 3 270M, n-gram drafting).
+
+    source ~/.cache/specsweep/real-engines.env
+    python bench/search_real_llamacpp.py [--max-requests 12] [--max-tokens 128] [--k 1,8] [--folder DIR]
+
+Two studies of one space, side by side in one run: speculation off and ``ngram-simple`` (lookup
+3) at k in ``--k``, prose and technical through /v1/completions at T = 0, concurrency 1, both
+with adaptive measurement capped at ``--max-requests``: ``grid`` starts every configuration once,
+``search`` is the model-guided search (docs/search.md). An n-gram drafter drafts only where the
+text matches, so its step time is not a line in k: the case where the model misfits and the
+decisions must rest on what was measured.
+
+Printed per way: server starts and wall minutes; per workload the paste at concurrency 1, its
+rate as the grid measured it, the grid's best measured configuration and the grid's run-to-run
+noise (analysis/noise.py: with one start of each configuration and no greedy/probabilistic pairs,
+the engine's usual noise, never below its starts' own request spread). The last line:
+
+    starts: search S, grid G; search's pastes within the grid's noise of the grid's best: P of 2
+
+"Within the noise": the grid's measured rate of the search's paste is at least the grid's best
+measured rate times (1 - 2 x noise); the grid measured each configuration once, so its own best
+is partly luck.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from rig_real_llamacpp import FIXED, base_argv
+from specsweep.analysis.drafters import candidate_of
+from specsweep.analysis.noise import run_to_run_noise
+from specsweep.config import parse_study_config
+from specsweep.engines.registry import engine_info
+from specsweep.tuning.records import measured_configs
+from specsweep.tuning.stored import analyze_stored_study
+from specsweep.tuning.study import StudyRunner
+from specsweep.tuning.study_store import study_paths
+
+WORKLOADS = ("prose", "technical")
+
+
+def study_data(name: str, sampler: str, args: argparse.Namespace) -> dict:
+    start = [*base_argv(args.server, args.target), "{spec_args}"]
+    return {
+        "study": {"name": name, "sampler": sampler, "max_consecutive_failures": 2},
+        "server": {"engine": "llama.cpp", "mode": "process", "api": "completions", "ready_timeout_s": 120,
+                   "stop_grace_s": 10, "start": start},
+        "search": {"num_speculative_tokens": args.k, "fixed": FIXED},
+        "workloads": dict.fromkeys(WORKLOADS, 1.0),
+        "measure": {"concurrency": [1], "warmup": 1, "max_tokens": args.max_tokens, "temperature": 0.0,
+                    "max_requests": args.max_requests},
+    }  # fmt: skip
+
+
+def label(candidate) -> str:
+    return "off" if candidate.off else f"k={candidate.num_speculative_tokens}"
+
+
+def run_way(sampler: str, folder: Path, args: argparse.Namespace):
+    config = parse_study_config(study_data(f"real-{sampler}", sampler, args))
+    outcome = StudyRunner(config, study_paths(config, folder)).run()
+    return outcome, analyze_stored_study(outcome.study).analysis
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-requests", type=int, default=12, help="adaptive measurement's cap per level")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--k", default="1,8", help="the searched draft lengths, LOW,HIGH (lookup is 3)")
+    parser.add_argument("--folder", type=Path, help="keep the studies here (default: a new temporary folder)")
+    parser.add_argument("--server", default=os.environ.get("SPECSWEEP_LLAMA_SERVER", "llama-server"))
+    parser.add_argument("--target", default=os.environ.get("SPECSWEEP_GEMMA_TARGET"))
+    args = parser.parse_args()
+    if not args.target:
+        parser.error("no target model: source ~/.cache/specsweep/real-engines.env or pass --target")
+    args.k = [int(x) for x in args.k.split(",")]
+    folder = args.folder or Path(tempfile.mkdtemp(prefix="specsweep-search-real-"))
+    started = time.monotonic()
+    print(
+        f"real llama-server, Gemma 3 270M, ngram-simple lookup 3, k {args.k[0]}..{args.k[1]} and off; prose and "
+        f"technical, 1 stream, {args.max_tokens}-token requests, adaptive up to {args.max_requests}; wall minutes"
+    )
+    ways = {sampler: run_way(sampler, folder, args) for sampler in ("grid", "model")}
+    print(f"{'way':7s} {'starts':>6s} {'boot min':>9s} {'measure min':>12s}  stop")
+    for sampler, (outcome, _) in ways.items():
+        t = outcome.time
+        print(f"{sampler:7s} {t.starts:6d} {t.boot_s / 60:9.1f} {t.measure_s / 60:12.1f}  {outcome.stop_reason}")
+    grid_outcome = ways["grid"][0]
+    grid_configs = measured_configs(grid_outcome.study)
+    print(f"\n{'workload':10s} {'way':7s} {'paste':6s} {'grid measured':>14s} {'grid best':>14s} {'grid noise':>11s}")
+    within = 0
+    for workload in WORKLOADS:
+        rates = {candidate_of(c.spec, 1): r for c in grid_configs if (r := c.rate(workload, 1))}
+        best = max(rates, key=rates.__getitem__)
+        noise = run_to_run_noise(grid_configs, workload, engine_info("llama.cpp").run_noise)
+        for sampler, (_, analysis) in ways.items():
+            plan = analysis.snippet(workload)
+            paste = plan.choice_by_concurrency[1]
+            ok = rates[paste] >= rates[best] * (1 - 2 * noise.relative_sd)
+            within += ok and sampler == "model"
+            print(
+                f"{workload:10s} {sampler:7s} {label(paste):6s} {rates[paste]:14.1f} "
+                f"{label(best) + f' {rates[best]:.1f}':>14s} {100 * noise.relative_sd:10.1f}%"
+                + ("" if ok else "  outside the noise")
+            )
+            for note in plan.notes:
+                print(f"{'':19s}{note}")
+    print(f"\nstudies kept in {folder}; {(time.monotonic() - started) / 60:.1f} min")
+    print(
+        f"starts: search {ways['model'][0].time.starts}, grid {grid_outcome.time.starts}; "
+        f"search's pastes within the grid's noise of the grid's best: {within} of {len(WORKLOADS)}"
+    )
+
+
+if __name__ == "__main__":
+    main()
