@@ -2,9 +2,10 @@
 
     python bench/sweep_efficiency.py [--seeds 5] [--noise 0.02] [--requests 32]
 
-Cases: every (profile, workload) of the 2 bundled emulator profiles and the 4 in bench/profiles/
-(varied decay shapes, draft costs, max_num_seqs), each at its own objective concurrency,
-temperature the profile's reference one, draft lengths 1..8 with both draft sampling methods
+Cases: every (profile, workload) of the 2 bundled emulator profiles and the 6 in bench/profiles/
+(varied decay shapes, draft costs, max_num_seqs; two whose step time is not a line in k: CUDA
+graphs captured at few widths, and a draft model with a fixed cost per drafting step), each at
+its own objective concurrency, temperature the profile's reference one, draft lengths 1..8 with both draft sampling methods
 and speculation off (17 distinct configurations), measured at concurrency 1 and the objective's.
 
 Truth: ``compute_truth`` (what ``specsweep emulate --print-truth`` prints) at the case's
@@ -81,6 +82,9 @@ PROFILES = [
     (str(HERE / "profiles" / "a100-draft-model.toml"), 1),
     (str(HERE / "profiles" / "h200x8-70b-eagle-batch.toml"), 16),
     (str(HERE / "profiles" / "rtx4090-eagle-cool.toml"), 4),
+    # Step times that are not a line in k: the search was not built on these.
+    (str(HERE / "profiles" / "l4-eagle3-graphs.toml"), 8),
+    (str(HERE / "profiles" / "mi300x-draft-launch.toml"), 2),
 ]
 
 

@@ -6,7 +6,9 @@ import bisect
 import math
 import random
 import statistics
+from dataclasses import replace
 from itertools import accumulate, pairwise
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,9 @@ from specsweep.engines.vllm import parse_speculative_config
 
 REPORT_PROSE = [0.741, 0.538, 0.411, 0.291, 0.241]
 REPORT_TECHNICAL = [0.569, 0.347, 0.188, 0.069, 0.035]
+
+
+BENCH_PROFILES = Path(__file__).resolve().parent.parent / "bench" / "profiles"
 
 
 def spec(text: str):
@@ -100,6 +105,25 @@ def test_step_time_grows_with_k_and_batch() -> None:
         assert all(b > a for a, b in pairwise(row))
     for k in range(9):
         assert times[0][k] < times[1][k] < times[2][k]
+
+
+def test_captured_widths_and_a_fixed_drafting_cost_shape_the_step_time() -> None:
+    """Widths 16, 24, 48 captured at 8 streams: k = 1 and 2 run at 16 and 24, k = 3 (32) and k = 4
+    (40) both pad to 48, so T is flat between them; a fixed drafting cost is paid at k >= 1 only."""
+    profile = load_profile(str(BENCH_PROFILES / "l4-eagle3-graphs.toml"))
+    timing = replace(profile.timing, captured_widths=(16, 24, 48), draft_fixed_s=0.0)
+    shaped = replace(profile, timing=timing)
+    config = spec('{"num_speculative_tokens":8}')
+    t = {k: step_time_s(shaped, config, k, 8) for k in range(6)}
+    per_position = timing.draft_position_s * (1 + timing.draft_batch_slope * 7)
+    assert t[4] - t[3] == pytest.approx(per_position)  # the same 48-wide graph: only the drafting differs
+    assert t[3] - t[2] == pytest.approx(per_position + timing.verify_token_s * (48 - 24))
+    assert t[5] - t[4] == pytest.approx(per_position)  # 48 tokens: still the 48-wide graph
+    fixed = replace(profile, timing=replace(timing, captured_widths=(), draft_fixed_s=0.01))
+    plain = replace(profile, timing=replace(timing, captured_widths=()))
+    assert step_time_s(fixed, None, 0, 8) == step_time_s(plain, None, 0, 8)
+    for k in (1, 3, 8):
+        assert step_time_s(fixed, config, k, 8) - step_time_s(plain, config, k, 8) == pytest.approx(0.01)
 
 
 def test_truth_is_the_throughput_identity() -> None:

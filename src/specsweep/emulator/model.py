@@ -92,8 +92,9 @@ def step_time_s(profile: Profile, spec: SpeculativeConfig | None, k: int, batch_
     seconds = (
         t.base_s
         + t.per_sequence_s * batch_size
-        + t.verify_token_s * batch_size * (k + 1)
+        + t.verify_token_s * t.verified_width(batch_size * (k + 1))
         + t.draft_position_s * k * (1.0 + t.draft_batch_slope * (batch_size - 1))
+        + (t.draft_fixed_s if k > 0 else 0.0)
     )
     if k > 0 and spec is not None and spec.draft_sample_method == "probabilistic":
         seconds *= t.probabilistic_factor

@@ -29,9 +29,15 @@ class ClassAcceptance:
 class StepTiming:
     """Modelled seconds per engine step and per prefill.
 
-    T(k, B) = (base_s + per_sequence_s*B + verify_token_s*B*(k+1)
-               + draft_position_s*k*(1 + draft_batch_slope*(B-1))) * method factor
+    T(k, B) = (base_s + per_sequence_s*B + verify_token_s*W(B*(k+1))
+               + draft_position_s*k*(1 + draft_batch_slope*(B-1)) + draft_fixed_s [k > 0]) * method factor
     prefill = prompt_tokens / prefill_tokens_per_s (added to the step that admits the request)
+
+    W(n) is n, or, with ``captured_widths``, the smallest captured width that holds n (a step
+    runs the graph captured for it, padded), so T is step-shaped in k; ``draft_fixed_s`` is a
+    drafting step's fixed cost (a draft model's own launch and sampling), so drafting at k = 1
+    costs more than a line from speculation off says. Both are rigs whose step time is not a line
+    through the off point.
     """
 
     base_s: float
@@ -47,6 +53,12 @@ class StepTiming:
     start_variation: float = 0.0  # relative sd of a factor on every step time, drawn once per start
     drift: float = 0.0  # relative amplitude of a slow sine drift of the step time
     drift_period_s: float = 900.0  # its period in modelled seconds (its phase is drawn per start)
+    draft_fixed_s: float = 0.0  # a fixed cost of every step that drafts
+    captured_widths: tuple[int, ...] = ()  # verified widths with a captured graph (empty: none, no padding)
+
+    def verified_width(self, tokens: int) -> int:
+        """The width a step of ``tokens`` verified tokens runs at: padded to a captured width."""
+        return next((w for w in self.captured_widths if w >= tokens), tokens)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,6 +182,8 @@ def parse_profile(text: str, *, source: str = "<profile>") -> Profile:
         start_variation=timing_reader.number("start_variation", 0.0, minimum=0.0),
         drift=timing_reader.number("drift", 0.0, minimum=0.0),
         drift_period_s=timing_reader.number("drift_period_s", 900.0, minimum=1.0),
+        draft_fixed_s=timing_reader.number("draft_fixed_s", 0.0, minimum=0.0),
+        captured_widths=tuple(sorted(int(w) for w in timing_reader.list_of_numbers("captured_widths", []))),
     )
     timing_reader.done()
     if timing.base_s + timing.per_sequence_s + timing.verify_token_s <= 0:
