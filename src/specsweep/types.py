@@ -198,8 +198,9 @@ class LevelFigures:
     num_drafts: float | None = None
     mean_acceptance_length: float | None = None
     notes: tuple[str, ...] = ()
-    # the rate's relative standard error from its own requests' spread: the part of the run-to-run
-    # noise a start shows by itself (None: studies from before it was kept)
+    # the level's relative standard error from its own requests' spread (of its step time, or of its
+    # rate where smaller): the part of the run-to-run noise a start shows by itself (None: studies
+    # from before it was kept)
     relative_se: float | None = None
 
 

@@ -12,6 +12,7 @@ studies written by earlier versions read the same way (absent fields are None or
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
 from specsweep.tuning.space import OFF_KEY
-from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, SpeculativeConfig
+from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, RequestRecord, SpeculativeConfig
 
 TRIALS_FOLDER = "trials"
 
@@ -59,9 +60,16 @@ def level_figures(measurement: Measurement, *, time_scale: float = 1.0) -> dict[
             num_drafts=acceptance.num_drafts if acceptance else None,
             mean_acceptance_length=acceptance.mean_acceptance_length if acceptance else None,
             notes=tuple(level.notes),
-            relative_se=estimate.relative_se if (estimate := estimate_rate(level.records, s.concurrency)) else None,
+            relative_se=_precision(level.records, s.concurrency),
         )
     return out
+
+
+def _precision(records: Sequence[RequestRecord], concurrency: int) -> float | None:
+    """A level's own relative standard error from its requests' spread: of its step time, or of its
+    rate where that is the smaller (analysis/stopping.py), what the step-time model is fitted on."""
+    estimate = estimate_rate(records, concurrency)
+    return None if estimate is None else min(estimate.step_time_relative_se, estimate.relative_se)
 
 
 def _level_to_stored(level: LevelFigures) -> dict[str, Any]:

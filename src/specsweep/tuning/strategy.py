@@ -49,7 +49,7 @@ from specsweep.tuning.space import OFF_KEY, Space, config_key
 from specsweep.types import MeasuredConfig, StudySettings
 
 DRAWS = 400  # joint rate draws per cell the values are computed on
-MAX_STARTS = 2  # server starts of one configuration, repeats included
+MAX_STARTS = 3  # server starts of one configuration, repeats included
 # A start of the study's mean cost must be expected to buy this share of the tolerance (0.2 of 1%:
 # 0.2% of the cells' summed rate). Checked by bench/sweep_efficiency.py and bench/time_to_answer.py.
 START_PRICE = 0.2
