@@ -155,3 +155,20 @@ def test_a_valid_config_reads_back_from_its_own_json_unchanged(raw: dict) -> Non
         return
     again = SpeculativeConfig.from_json(spec.to_json())
     assert again == spec and again.to_json() == spec.to_json()
+
+
+def test_a_start_command_with_vllms_shorthand_flags_is_refused() -> None:
+    """--spec-method/--spec-model/--spec-tokens beside the same key in --speculative-config stop
+    vLLM at startup (engine/arg_utils.py): the study refuses them before any start."""
+    from specsweep.engines.registry import server_args_without_spec
+    from specsweep.tuning.space import check_start_command
+
+    with pytest.raises(ConfigError, match=r"server\.start has --spec-method.*set method in search\.fixed"):
+        check_start_command(("vllm", "serve", "m", "--spec-method", "ngram", "{spec_args}"), "vllm", "s.toml")
+    with pytest.raises(ConfigError, match="--spec-tokens"):
+        check_start_command("vllm serve m --spec-tokens=3 {spec_args}", "vllm", "s.toml")
+    check_start_command(("vllm", "serve", "m", "{spec_args}"), "vllm", "s.toml")
+    # a rig compares server flags without them
+    assert server_args_without_spec("vllm", ["vllm", "serve", "m", "--spec-model", "d", "-tp", "2"]) == (
+        "vllm", "serve", "m", "-tp", "2",
+    )  # fmt: skip

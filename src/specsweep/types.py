@@ -241,6 +241,8 @@ class StudySettings:
     temperature: float | None = None
     config_source: str | None = None
     max_num_seqs: int | None = None  # the server's, when its flags or profile say (bounds a per-batch-size table)
+    engine_version: str | None = None  # what the measured server said of itself (its vocabulary)
+    engine_flags: frozenset[str] | None = None  # the flag names the server binary's --help listed (llama.cpp)
 
     @property
     def workloads(self) -> tuple[str, ...]:
