@@ -215,3 +215,20 @@ def test_the_paste_speaks_the_build_the_study_read() -> None:
     draft = llamacpp.validate_spec_config({"method": "draft_model", "model": "d.gguf", "num_speculative_tokens": 4})
     assert "--draft-max" in render_snippet(draft, "llama.cpp", help_flags=OLD).split()
     assert "--spec-draft-n-max" in render_snippet(draft, "llama.cpp", help_flags=NEW).split()
+
+
+def test_a_draft_length_llama_server_caps_fails_the_trial_with_the_reason() -> None:
+    """A dflash or dspark draft caps --spec-draft-n-max at its trained block size and says so in
+    its log (common/speculative.cpp lines 1076 to 1081, the line below as b11434 prints it): that
+    trial would measure another k under this k's name."""
+    log = (
+        "common_speculative_impl_draft_dflash: requested draft size (n_max=8, n_min=0) exceeds the trained "
+        "block size 6 -- clamping to 5\n"
+    )
+    reason = engine_info("llama.cpp").boot_refusal(log)
+    assert reason == (
+        "llama-server runs --spec-draft-n-max 8 as 5: the draft's trained block size is 6; "
+        "keep search.num_speculative_tokens at or below 5."
+    )
+    assert engine_info("llama.cpp").boot_refusal("srv  load_model: loading model\n") is None
+    assert engine_info("vllm").boot_refusal(log) is None

@@ -36,6 +36,8 @@ class EngineInfo:
     per_batch_size_tables: bool = False  # takes num_speculative_tokens_per_batch_size
     # Why the engine cannot run a per-batch-size choice with a spec config (None: it can).
     table_refusal: Callable[[SpeculativeConfig], str | None] = lambda spec: None
+    # Why a server that started does not run the configuration asked, from its log (None: it does).
+    boot_refusal: Callable[[str], str | None] = lambda log: None
     # The line to say when a server's version is not one whose vocabulary specsweep knows.
     vocabulary_note: Callable[[str | None], str | None] = lambda version: None
 
@@ -81,6 +83,7 @@ ENGINES = {
         parse_help=llamacpp.parse_help_flags,
         table_refusal=llamacpp.table_refusal,
         vocabulary_note=llamacpp.vocabulary_note,
+        boot_refusal=llamacpp.boot_refusal,
         running_gauge=llamacpp.REQUESTS_PROCESSING,
         waiting_gauge=llamacpp.REQUESTS_DEFERRED,
     ),
