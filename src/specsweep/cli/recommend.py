@@ -40,7 +40,10 @@ def recommend(
     if chosen not in analysis.workloads:
         raise ConfigError(f"the study measured no workload {chosen!r}; it has {', '.join(analysis.workloads)}.")
     plan = analysis.snippet(chosen)
-    # What the paste gives up, as comment lines (JSON has none: there, on stderr).
-    for line in plan.given_up if plan else ():
+    # What the paste gives up, and a version whose vocabulary specsweep does not know, as comment
+    # lines (JSON has none: there, on stderr).
+    engine = engine_of_format(fmt)
+    known = engine.vocabulary_note(stored.settings.engine_version) if engine.name == stored.settings.engine else None
+    for line in [*(plan.given_up if plan else ()), *([known] if known else [])]:
         typer.echo(f"# {line}", err=fmt == "json")
     typer.echo(snippet_for(analysis, chosen, fmt, settings=stored.settings, folder=folder))
