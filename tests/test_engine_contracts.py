@@ -173,7 +173,7 @@ def test_sglang_resolves_every_paste_to_what_specsweep_meant(real_sglang, tmp_pa
                 plans.append((on, table_spec, path))
     cases = [
         ["--model-path", on, "--skip-tokenizer-init", "--device", "cuda",
-         *shlex.split(render_snippet(spec, "sglang", adaptive_config_path=path).splitlines()[0])]
+         *shlex.split(render_snippet(spec, "sglang", adaptive_config_path=path), comments=True)]
         for on, spec, path in plans
     ]  # fmt: skip
     results = _run(real_sglang, "sglang_resolve.py", {"cases": cases})

@@ -121,7 +121,7 @@ def test_sglang_per_batch_size_choice_is_an_adaptive_config_that_pins_each_range
     assert json.loads(path.read_text()) == {
         "1": {"candidate_steps": [2]}, "3": {"candidate_steps": [1]}, "5": {"candidate_steps": [0]},
     }  # fmt: skip
-    flags = shlex.split(render_snippet(eagle, "sglang", adaptive_config_path=path))
+    flags = shlex.split(render_snippet(eagle, "sglang", adaptive_config_path=path), comments=True)
     assert flags[-3:] == ["--speculative-adaptive", "--speculative-adaptive-config", str(path)]
     assert flags[flags.index("--speculative-num-steps") + 1] == "2"  # the largest candidate: in every union
     inline = render_snippet(eagle, "sglang")

@@ -62,11 +62,16 @@ def render_snippet(
         return "null" if spec is None else json.dumps(json.loads(spec.to_json()), indent=2)
     if fmt == "llama.cpp":
         lines = []
-        if spec is not None and spec.num_speculative_tokens and not spec.model:
+        if spec is not None and spec.num_speculative_tokens:
             spec_type = llamacpp.spec_type_of(spec.method, spec.extra.get("spec_type"))
-            if spec_type in llamacpp.MODEL_TYPES:
+            if spec_type in llamacpp.MODEL_TYPES and not spec.model:
                 lines.append(f"# {spec_type} needs its draft GGUF: put its path for DRAFT.gguf")
                 spec = replace(spec, model="DRAFT.gguf")
+            if spec.draft_sample_method != "greedy" and spec_type not in llamacpp.SAMPLING_TYPES:
+                lines.append(
+                    f"# {spec_type} takes the draft's top token: draft_sample_method "
+                    f"{spec.draft_sample_method} is not a llama.cpp choice there"
+                )
         args = llamacpp.render_spec_args(spec, flags=help_flags)
         return "\n".join([*lines, " ".join(shlex.quote(a) for a in args) if args else "--spec-type none"])
     if fmt == "sglang":
@@ -75,6 +80,16 @@ def render_snippet(
         if not args:
             return "# speculation off: no --speculative-* flags"
         text = " ".join(shlex.quote(a) for a in args)
+        if spec is not None and spec.draft_sample_method != "greedy":
+            text = (
+                f"# SGLang has no draft sampling choice: draft_sample_method {spec.draft_sample_method} "
+                "is not pasted\n" + text
+            )
+        if spec is not None and spec.num_speculative_tokens_per_batch_size:
+            text += (
+                "\n# SGLang pads a batch up to its next CUDA-graph batch size before it picks the range: a range "
+                "starting at S holds from S when S-1 is one of those sizes (--cuda-graph-bs-decode)"
+            )
         if spec is not None and spec.num_speculative_tokens_per_batch_size and adaptive_config_path is None:
             body = sglang.adaptive_config_text(spec.num_speculative_tokens_per_batch_size)
             text += f"\n# {sglang.ADAPTIVE_CONFIG_NAME}, the per-batch-size choice (one candidate pins each range):\n"
