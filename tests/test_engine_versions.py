@@ -42,6 +42,7 @@ def test_each_engines_version_strings() -> None:
     assert version_numbers("b11434-5d1c0ab") == (11434, 5, 1, 0)
     assert llamacpp.vocabulary_note("b11434-5d1c0ab") is None
     assert "llama.cpp build b9000" in llamacpp.vocabulary_note("b9000")
+    assert "does not say its build number" in llamacpp.vocabulary_note("b0-unknown")
     assert sglang.vocabulary_note("0.5.23") is None and "0.5.23, the newest" in sglang.vocabulary_note("0.5.30")
 
 

