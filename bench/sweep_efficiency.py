@@ -5,8 +5,9 @@
 Cases: every (profile, workload) of the 2 bundled emulator profiles and the 6 in bench/profiles/
 (varied decay shapes, draft costs, max_num_seqs; two whose step time is not a line in k: CUDA
 graphs captured at few widths, and a draft model with a fixed cost per drafting step), each at
-its own objective concurrency, temperature the profile's reference one, draft lengths 1..8 with both draft sampling methods
-and speculation off (17 distinct configurations), measured at concurrency 1 and the objective's.
+its own objective concurrency, temperature the profile's reference one, draft lengths 1..8 with
+both draft sampling methods and speculation off (17 distinct configurations), measured at
+concurrency 1 and the objective's.
 
 Truth: ``compute_truth`` (what ``specsweep emulate --print-truth`` prints) at the case's
 temperature and concurrency, with the bundled workloads' prompt lengths. The true optimum is

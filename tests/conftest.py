@@ -181,6 +181,16 @@ def real_vllm_draft() -> RealVllmDraft:
     )
 
 
+@pytest.fixture(scope="session")
+def real_sglang() -> str:
+    """The interpreter of the SGLang 0.5.23 venv scripts/setup-real-engines makes (its argument
+    parsing and speculative hooks only; skip or fail as above)."""
+    values = _cached_env(("SPECSWEEP_SGLANG_PYTHON",))
+    if values is None:
+        _require("SGLang's package not installed: run scripts/setup-real-engines", skip_flag="SPECSWEEP_SKIP_SGLANG")
+    return values["SPECSWEEP_SGLANG_PYTHON"]
+
+
 @pytest.fixture
 def short_prompts() -> Path:
     """studies/openings.jsonl: one-sentence prompts for real-engine studies (prefill on these CPUs

@@ -159,3 +159,76 @@ def test_lookup_drafters_have_no_draft_sampling_to_search() -> None:
     assert vllm_space.size() == 1 + 3
     assert build_space(SearchSpace(num_speculative_tokens=(2, 4), fixed={"method": "dspark"}), temperature=0.8,
                        engine_has_draft_sample_method=True).size() == 1 + 3 * 2  # fmt: skip
+
+
+def test_draft_sampling_is_searched_only_where_llama_cpp_reads_it() -> None:
+    """--spec-draft-sampling is read by draft-simple and draft-mtp only (common/speculative.cpp);
+    eagle3, dflash and dspark take the top token: one server either way, and the study says so."""
+    engine = engine_info("llama.cpp")
+    for method, sampled in (("draft_model", True), ("mtp", True), ("eagle3", False), ("dspark", False)):
+        search = SearchSpace(num_speculative_tokens=(1, 3), fixed={"method": method, "model": "d.gguf"})
+        space = build_space(
+            search, temperature=0.8, engine_has_draft_sample_method=True,
+            validate=engine.validate_spec, samples_drafts=engine.drafts_from_a_distribution,
+        )  # fmt: skip
+        assert space.size() == 1 + 3 * (2 if sampled else 1), method
+        notes = space.notes()
+        assert bool(notes) is not sampled
+        if notes:
+            (line,) = notes
+            assert line.startswith(f"draft_sample_method is not searched for {method}:")
+        args = [engine.spec_args(space.config_from_params(p)) for p in space.distinct_params()]
+        assert all(("--spec-draft-sampling" in a) is sampled for a in args if a)
+
+
+def test_n_gram_sizes_are_llama_cpps_own_unless_a_study_sets_them() -> None:
+    """llama.cpp's lookup defaults are 12 (ngram-simple, map) and 24 (ngram-mod), not vLLM's 5:
+    without prompt_lookup_min no size flag is passed. ngram-mod's n_min (48 by default) is set
+    to 0 so drafts shorter than k are kept; an n_min above k is refused."""
+    simple = llamacpp.validate_spec_config({"method": "ngram", "num_speculative_tokens": 6})
+    assert simple.prompt_lookup_min is None
+    assert llamacpp.render_spec_args(simple) == ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "6"]
+    mod = llamacpp.validate_spec_config({"method": "ngram", "spec_type": "ngram-mod", "num_speculative_tokens": 8})
+    assert llamacpp.render_spec_args(mod) == [
+        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", "8", "--spec-ngram-mod-n-min", "0",
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match=r"n_min \(9\) is above num_speculative_tokens \(8\)"):
+        llamacpp.validate_spec_config({"method": "ngram", "spec_type": "ngram-mod", "num_speculative_tokens": 8,
+                                       "n_min": 9})  # fmt: skip
+    old = llamacpp.validate_spec_config({"method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_min": 5})
+    assert "--spec-ngram-simple-size-n" in llamacpp.render_spec_args(old)
+
+
+@pytest.mark.parametrize("method", ["draft_model", "eagle3", "dflash", "dspark"])
+def test_draft_types_without_a_draft_model_are_refused(method: str) -> None:
+    """b11434 creates no eagle3, dflash or dspark drafter without a draft context: the server would
+    run with speculation silently off (speculative.cpp lines 2704 to 2707)."""
+    with pytest.raises(ConfigError, match=r"needs (speculative_config\.model|a draft .model.)"):
+        llamacpp.validate_spec_config({"method": method, "num_speculative_tokens": 3})
+    assert llamacpp.validate_spec_config({"method": "mtp", "num_speculative_tokens": 3}).model is None
+
+
+def test_the_paste_speaks_the_build_the_study_read() -> None:
+    """A study that read an old build's --help pastes that build's names, not the 2026 ones."""
+    from specsweep.report.snippets import render_snippet
+
+    draft = llamacpp.validate_spec_config({"method": "draft_model", "model": "d.gguf", "num_speculative_tokens": 4})
+    assert "--draft-max" in render_snippet(draft, "llama.cpp", help_flags=OLD).split()
+    assert "--spec-draft-n-max" in render_snippet(draft, "llama.cpp", help_flags=NEW).split()
+
+
+def test_a_draft_length_llama_server_caps_fails_the_trial_with_the_reason() -> None:
+    """A dflash or dspark draft caps --spec-draft-n-max at its trained block size and says so in
+    its log (common/speculative.cpp lines 1076 to 1081, the line below as b11434 prints it): that
+    trial would measure another k under this k's name."""
+    log = (
+        "common_speculative_impl_draft_dflash: requested draft size (n_max=8, n_min=0) exceeds the trained "
+        "block size 6 -- clamping to 5\n"
+    )
+    reason = engine_info("llama.cpp").boot_refusal(log)
+    assert reason == (
+        "llama-server runs --spec-draft-n-max 8 as 5: the draft's trained block size is 6; "
+        "keep search.num_speculative_tokens at or below 5."
+    )
+    assert engine_info("llama.cpp").boot_refusal("srv  load_model: loading model\n") is None
+    assert engine_info("vllm").boot_refusal(log) is None

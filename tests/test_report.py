@@ -220,6 +220,59 @@ def test_one_paste_runs_one_drafter_and_says_what_another_level_gives_up() -> No
     assert given_up.endswith("the study cannot tell the two apart (tied)")
 
 
+def test_an_engine_without_tables_runs_one_k_and_names_the_level_that_gives_way() -> None:
+    """The README's study on llama.cpp or SGLang DSPARK: k=2 best at one stream, k=1 at four. One k
+    runs at both; it is the one that loses least summed over the levels, and the paste says which
+    level gives way and what that costs, predicted and measured."""
+    prob = Drafter(method="dspark", draft_sample_method="probabilistic")
+
+    def row(c: Candidate, r: float, measured: float | None) -> CandidateRate:
+        return CandidateRate(
+            candidate=c, tokens_per_s=r, tokens_per_s_low=r, tokens_per_s_high=r, shortfall_tokens_per_s=0.0,
+            shortfall_low_tokens_per_s=0.0, shortfall_high_tokens_per_s=0.0, step_time_source="measured",
+            measured_tokens_per_s=measured,
+        )  # fmt: skip
+
+    def rec(level: int, rows: tuple[CandidateRate, ...]) -> Recommendation:
+        best = max(rows, key=lambda r: r.tokens_per_s)
+        return Recommendation(
+            workload="w", concurrency=level, choice=best.candidate, speculation_off=False,
+            tokens_per_s=best.tokens_per_s, tokens_per_s_low=best.tokens_per_s, tokens_per_s_high=best.tokens_per_s,
+            measured_tokens_per_s=best.measured_tokens_per_s, tied=(), measured=True, gain_over_off=None,
+            gain_over_baseline=None, reason="", candidates=rows, confidence=0.95, draws=1, seed=0,
+        )  # fmt: skip
+
+    def at(k: int) -> Candidate:
+        return Candidate(drafter=prob, num_speculative_tokens=k)
+
+    # rates of the README study (predicted, measured): k=3 never measured at either level
+    recs = [
+        rec(1, (row(OFF, 23.7, 23.7), row(at(1), 31.0, 31.0), row(at(2), 33.2, 32.8), row(at(3), 32.3, None))),
+        rec(4, (row(OFF, 62.3, 62.3), row(at(1), 69.2, 69.0), row(at(2), 64.6, 64.5), row(at(3), 58.9, None))),
+    ]
+    templates = {prob: spec(2, "probabilistic")}
+    vllm_plan = plan_snippet("w", recs, templates, max_num_seqs=4)
+    assert vllm_plan.table and vllm_plan.given_up == ()
+    plan = plan_snippet(
+        "w", recs, templates, max_num_seqs=4, table_refusal=lambda spec: "llama-server takes one draft length"
+    )
+    # k=1 loses 6.6% at 1 stream, k=2 loses 6.6% at 4: summed, k=1 (0.0663) beats k=2 (0.0665)
+    costs = {k: sum(1 - r[k] / r[b] for r, b in ((dict(((1, 31.0), (2, 33.2))), 2), (dict(((1, 69.2), (2, 64.6))), 1)))
+             for k in (1, 2)}  # fmt: skip
+    best_k = min(costs, key=costs.__getitem__)
+    assert plan.table == () and plan.spec.num_speculative_tokens_per_batch_size is None
+    assert plan.spec.num_speculative_tokens == best_k
+    assert plan.choice_by_concurrency == {1: at(best_k), 4: at(best_k)}
+    (line,) = plan.given_up
+    level = 4 if best_k == 2 else 1
+    assert line.startswith(f"at concurrency {level} the recommendation is k={3 - best_k} dspark (probabilistic)")
+    assert "llama-server takes one draft length, so the paste runs" in line
+    assert f"{100 * costs[best_k]:.1f}% slower" in line and "measured" in line
+    # a drafter whose levels agree keeps its one k and gives nothing up
+    same = [rec(1, (row(at(1), 31.0, 31.0), row(at(2), 30.0, 30.0))), rec(4, (row(at(1), 69.0, 69.0),))]
+    assert plan_snippet("w", same, templates, max_num_seqs=4, table_refusal=lambda s: "no").given_up == ()
+
+
 def test_figure_data_shows_what_the_analysis_holds(tmp_path) -> None:
     configs = simulated_configs("technical", range(1, 6), ("greedy", "probabilistic"))
     analysis = analyze_study(

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specsweep.engines.vllm import validate_speculative_config
+from specsweep.errors import ConfigError
 from specsweep.report.snippets import FORMATS, render_snippet
 
 DSPARK = validate_speculative_config(
@@ -74,3 +75,56 @@ def test_other_engines_in_their_own_flags() -> None:
 def test_speculation_off_says_so(fmt: str) -> None:
     text = render_snippet(None, fmt)
     assert text in ("null", "--spec-type none") or text.startswith("# speculation off")
+
+
+@pytest.mark.parametrize(
+    ("method", "expected"),
+    [
+        # SGLang 0.5.23's hooks (srt/arg_groups/speculative_hook.py): chains for EAGLE, EAGLE3,
+        # STANDALONE and MTP-as-EAGLE; DSPARK's block size is k (verify window k+1); DFLASH's block
+        # size is the verify window, k+1; NGRAM's topk is its BFS breadth, 1 for a chain.
+        ("eagle", "EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"),
+        ("eagle3", "EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"),
+        ("mtp", "EAGLE --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"),
+        (
+            "draft_model",
+            "STANDALONE --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
+        ),
+        ("dspark", "DSPARK --speculative-dspark-block-size 3"),
+        ("dflash", "DFLASH --speculative-dflash-block-size 4"),
+        ("ngram", "NGRAM --speculative-num-draft-tokens 4 --speculative-ngram-max-bfs-breadth 1"),
+    ],
+)
+def test_sglang_flags_per_algorithm(method: str, expected: str) -> None:
+    spec = validate_speculative_config({"method": method, "model": "m", "num_speculative_tokens": 3})
+    assert render_snippet(spec, "sglang") == f"--speculative-algorithm {expected} --speculative-draft-model-path m"
+
+
+@pytest.mark.parametrize("method", ["ngram_gpu", "suffix", "custom_class"])
+def test_methods_sglang_has_no_name_for_are_refused_before_any_start(method: str) -> None:
+    from specsweep.engines import sglang
+
+    with pytest.raises(ConfigError, match=f"SGLang 0.5.23 has no speculative algorithm for method '{method}'"):
+        sglang.validate_spec_config({"method": method, "num_speculative_tokens": 2, "model": "m"})
+
+
+def test_sglang_per_batch_size_choice_is_an_adaptive_config_that_pins_each_range(tmp_path) -> None:
+    """EAGLE's table becomes --speculative-adaptive with a config file of one candidate per
+    range (adaptive_spec_params.py); DSPARK's adaptive mode does not exist, so no table is pasted."""
+    from specsweep.report.snippets import write_adaptive_config
+
+    eagle = validate_speculative_config(
+        {"method": "eagle", "model": "m", "num_speculative_tokens": 2,
+         "num_speculative_tokens_per_batch_size": [[1, 2, 2], [3, 4, 1], [5, 64, 0]]}
+    )  # fmt: skip
+    path = write_adaptive_config(eagle, tmp_path, "technical")
+    assert json.loads(path.read_text()) == {
+        "1": {"candidate_steps": [2]}, "3": {"candidate_steps": [1]}, "5": {"candidate_steps": [0]},
+    }  # fmt: skip
+    flags = shlex.split(render_snippet(eagle, "sglang", adaptive_config_path=path), comments=True)
+    assert flags[-3:] == ["--speculative-adaptive", "--speculative-adaptive-config", str(path)]
+    assert flags[flags.index("--speculative-num-steps") + 1] == "2"  # the largest candidate: in every union
+    inline = render_snippet(eagle, "sglang")
+    assert "--speculative-adaptive-config sglang-adaptive.json" in inline and '#   "3": {' in inline
+    with pytest.raises(ConfigError, match="adaptive config drives EAGLE and EAGLE3 only, not DSPARK"):
+        render_snippet(PER_BATCH, "sglang")

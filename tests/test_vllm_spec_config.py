@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specsweep.engines.vllm import FIELDS, parse_speculative_config
+from specsweep.engines.vllm import FIELDS, parse_speculative_config, validate_speculative_config, vocabulary_for
 from specsweep.errors import ConfigError
 from specsweep.types import SpeculativeConfig
 
@@ -64,7 +64,9 @@ def test_prompt_lookup_mirrors_the_one_given() -> None:
         ('{"num_speculative_tokens":2,"prompt_lookup_max":3}', "ngram"),
         ('{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":2,"prompt_lookup_min":3}', "<="),
         ('{"num_speculative_tokens":2,"draft_tensor_parallel_size":3}', "draft_tensor_parallel_size"),
-        ('{"num_speculative_tokens":4,"num_speculative_tokens_per_batch_size":[[1,4,5]]}', "K <="),
+        ('{"num_speculative_tokens":4,"num_speculative_tokens_per_batch_size":[[1,4,-1]]}', "K >= 0"),
+        ('{"num_speculative_tokens":4,"num_speculative_tokens_per_batch_size":[[2,4,3]]}', "start at 1"),
+        ('{"num_speculative_tokens":2,"speculative_token_tree":"[(0,)]"}', "unknown field"),
         ('{"num_speculative_tokens":4,"num_speculative_tokens_per_batch_size":[[1,4,3],[4,8,2]]}', "overlap"),
     ],
 )
@@ -77,7 +79,45 @@ def test_per_batch_size_table_picks_k_by_batch() -> None:
     spec = parse_speculative_config(
         '{"num_speculative_tokens":4,"num_speculative_tokens_per_batch_size":[[1,2,4],[3,8,2],[9,64,0]]}'
     )
-    assert [spec.k_for_batch_size(b) for b in (1, 2, 3, 8, 9, 64, 65)] == [4, 4, 2, 2, 0, 0, 4]
+    # Past the last row its K holds, as vLLM expands the table.
+    assert [spec.k_for_batch_size(b) for b in (1, 2, 3, 8, 9, 64, 65)] == [4, 4, 2, 2, 0, 0, 0]
+
+
+def test_per_batch_size_gaps_and_large_k_run_as_vllm_runs_them() -> None:
+    """vLLM's own example (v1/spec_decode/dynamic/utils.py): [(1, 16, 3), (32, 128, 2)] runs 17-31
+    at K=3; and a K above num_speculative_tokens runs at num_speculative_tokens."""
+    spec = parse_speculative_config(
+        '{"num_speculative_tokens":5,"num_speculative_tokens_per_batch_size":[[1,16,3],[32,128,2],[200,300,9]]}'
+    )
+    assert [spec.k_for_batch_size(b) for b in (16, 17, 31, 32, 128, 129, 199, 200, 301)] == [3, 3, 3, 2, 2, 2, 2, 5, 5]
+
+
+@pytest.mark.parametrize(
+    ("version", "method", "rejection", "ok"),
+    [
+        ("0.33.0", "ngram", "fly", True),
+        ("0.32.0", "ngram", "fly", False),  # "fly" arrived in 0.33
+        ("0.32.0", "ngram", "block", True),
+        ("0.32.0", "medusa", "standard", True),  # removed in 0.33 only
+        ("0.33.0", "medusa", "standard", False),
+        ("0.99.0", "ngram", "fly", True),  # unknown: the newest known vocabulary
+    ],
+)
+def test_validation_follows_the_servers_version(version: str, method: str, rejection: str, ok: bool) -> None:
+    raw = {"method": method, "num_speculative_tokens": 2, "rejection_sample_method": rejection, "model": "m"}
+    if rejection == "synthetic":
+        raw["synthetic_acceptance_length"] = 2.0
+    if ok:
+        assert validate_speculative_config(raw, version=version).rejection_sample_method == rejection
+    else:
+        with pytest.raises(ConfigError, match=method if method == "medusa" else "fly"):
+            validate_speculative_config(raw, version=version)
+
+
+def test_an_unknown_version_gets_the_newest_vocabulary_with_a_line() -> None:
+    assert vocabulary_for("0.32.1").note is None and vocabulary_for("0.32.1").known_as == "0.32"
+    choice = vocabulary_for("0.20.0")
+    assert choice.known_as == "0.33" and "0.20.0" in choice.note and "0.33" in choice.note
 
 
 def test_round_trip_through_json() -> None:
@@ -115,3 +155,20 @@ def test_a_valid_config_reads_back_from_its_own_json_unchanged(raw: dict) -> Non
         return
     again = SpeculativeConfig.from_json(spec.to_json())
     assert again == spec and again.to_json() == spec.to_json()
+
+
+def test_a_start_command_with_vllms_shorthand_flags_is_refused() -> None:
+    """--spec-method/--spec-model/--spec-tokens beside the same key in --speculative-config stop
+    vLLM at startup (engine/arg_utils.py): the study refuses them before any start."""
+    from specsweep.engines.registry import server_args_without_spec
+    from specsweep.tuning.space import check_start_command
+
+    with pytest.raises(ConfigError, match=r"server\.start has --spec-method.*set method in search\.fixed"):
+        check_start_command(("vllm", "serve", "m", "--spec-method", "ngram", "{spec_args}"), "vllm", "s.toml")
+    with pytest.raises(ConfigError, match="--spec-tokens"):
+        check_start_command("vllm serve m --spec-tokens=3 {spec_args}", "vllm", "s.toml")
+    check_start_command(("vllm", "serve", "m", "{spec_args}"), "vllm", "s.toml")
+    # a rig compares server flags without them
+    assert server_args_without_spec("vllm", ["vllm", "serve", "m", "--spec-model", "d", "-tp", "2"]) == (
+        "vllm", "serve", "m", "-tp", "2",
+    )  # fmt: skip

@@ -39,13 +39,19 @@ class SpeculativeConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def k_for_batch_size(self, batch_size: int) -> int:
-        """The draft length used when ``batch_size`` sequences decode together (0 = no drafting)."""
+        """The draft length used when ``batch_size`` sequences decode together (0 = no drafting).
+
+        As vLLM expands a per-batch-size table (``v1/spec_decode/dynamic/utils.py`` lines 98 to
+        146, 0.32 and 0.33): a batch size in a gap takes the row before it, one past the last row
+        the last row's K, and no K exceeds ``num_speculative_tokens``."""
         if self.num_speculative_tokens is None:
             return 0
-        for row in self.num_speculative_tokens_per_batch_size or ():
-            if row.start <= batch_size <= row.end:
-                return row.num_speculative_tokens
-        return self.num_speculative_tokens
+        k = self.num_speculative_tokens
+        for row in sorted(self.num_speculative_tokens_per_batch_size or (), key=lambda r: r.start):
+            if row.start > batch_size:
+                break
+            k = min(self.num_speculative_tokens, row.num_speculative_tokens)
+        return k
 
     @classmethod
     def from_json(cls, text: str) -> SpeculativeConfig:
@@ -252,6 +258,8 @@ class StudySettings:
     max_num_seqs: int | None = None  # the server's, when its flags or profile say (bounds a per-batch-size table)
     tolerance: float = 0.01  # differences between configurations under this share of a rate do not matter
     noise_prior: RunNoisePrior | None = None  # the engine's (engines/registry.py), not stored
+    engine_version: str | None = None  # what the measured server said of itself (its vocabulary)
+    engine_flags: frozenset[str] | None = None  # the flag names the server binary's --help listed (llama.cpp)
 
     @property
     def workloads(self) -> tuple[str, ...]:

@@ -5,15 +5,20 @@ never ran is an untested extrapolation: the level takes its best measured candid
 and the untested one is named beside it. The paste is one spec config, so where levels want
 different drafters (another method, or greedy against probabilistic drafting) only one of them
 can run: the one whose per-level best costs least over all levels, with each level's cost
-named. vLLM's ``num_speculative_tokens_per_batch_size`` then carries each level's k (0 for
-speculation off) up to the server's ``max_num_seqs``.
+named. vLLM's ``num_speculative_tokens_per_batch_size`` (or SGLang's adaptive config) then
+carries each level's k (0 for speculation off) up to the server's ``max_num_seqs``.
+
+Where the engine cannot take a per-batch-size choice for the drafter (llama.cpp always; SGLang
+but for EAGLE and EAGLE3), the paste runs one k at every level: the one whose predicted shortfall,
+summed over the levels, is least among the draft lengths the study measured; each level that
+gives way is named with its cost. Nothing is dropped silently.
 
 Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from specsweep.analysis.drafters import Candidate, Drafter
@@ -55,8 +60,12 @@ def plan_snippet(
     templates: Mapping[Drafter, SpeculativeConfig],
     *,
     max_num_seqs: int | None,
+    table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
 ) -> SnippetPlan:
-    """The paste for one workload from its per-level recommendations (see the module doc)."""
+    """The paste for one workload from its per-level recommendations (see the module doc).
+
+    ``table_refusal``: why the engine cannot run a per-batch-size choice with a spec config
+    (None: it can; a None callable: every config can, as on vLLM)."""
     picks: dict[int, CandidateRate] = {}
     untested: list[str] = []
     favoured: list[str] = []
@@ -105,6 +114,16 @@ def plan_snippet(
         if row.candidate != picks[b].candidate
     ]
     k_by_level = {b: row.candidate.num_speculative_tokens for b, (row, _) in runs.items()}
+    refusal = table_refusal(templates[drafter]) if table_refusal is not None and drafter in templates else None
+    if refusal is not None and len(set(k_by_level.values())) > 1:
+        single, lines = _one_k(drafter, runs, by_rec, refusal)
+        choice = {b: row.candidate for b, row in single.items()}
+        k = max(c.num_speculative_tokens for c in choice.values())
+        spec = None if k == 0 else replace(templates[drafter], num_speculative_tokens=k)
+        return SnippetPlan(
+            workload=workload, spec=spec, choice_by_concurrency=choice, table=(), max_batch=max_batch,
+            max_batch_known=max_num_seqs is not None, given_up=tuple(given_up + lines), untested=tuple(untested),
+        )  # fmt: skip
     k = max(k_by_level.values())
     table = batch_size_table(k_by_level, max_batch=max_batch) if len(set(k_by_level.values())) > 1 else ()
     spec = replace(templates[drafter], num_speculative_tokens=k, num_speculative_tokens_per_batch_size=table or None)
@@ -150,3 +169,45 @@ def _runs_with(
         best = max(mine, key=lambda row: row.tokens_per_s)
         out[level] = (best, max(0.0, 1.0 - best.tokens_per_s / pick.tokens_per_s))
     return out
+
+
+def _one_k(
+    drafter: Drafter,
+    runs: Mapping[int, tuple[CandidateRate, float]],
+    recs: Mapping[int, Recommendation],
+    refusal: str,
+) -> tuple[dict[int, CandidateRate], list[str]]:
+    """One draft length (or speculation off) for every level: of the lengths measured at some
+    level, the one whose predicted shortfall against each level's own run, summed, is least; and
+    a line per level that gives way, with what it costs."""
+    wanted = {level: row for level, (row, _) in runs.items()}
+    options: dict[int, dict[int, CandidateRate]] = {}
+    for level, rec in recs.items():
+        if level not in wanted:
+            continue
+        for row in rec.candidates:
+            if row.candidate.off or row.candidate.drafter == drafter:
+                options.setdefault(row.candidate.num_speculative_tokens, {})[level] = row
+    measured = {k for k, rows in options.items() if any(r.measured_tokens_per_s is not None for r in rows.values())}
+    usable = [k for k in sorted(options) if k in measured and set(options[k]) == set(wanted)]
+    usable = usable or [k for k in sorted(options) if set(options[k]) == set(wanted)]
+
+    def cost(k: int) -> float:
+        return sum(max(0.0, 1.0 - options[k][b].tokens_per_s / wanted[b].tokens_per_s) for b in wanted)
+
+    k = min(usable, key=lambda k: (round(cost(k), 9), k))
+    chosen = options[k]
+    lines = []
+    for level in sorted(wanted):
+        want, got = wanted[level], chosen[level]
+        if got.candidate == want.candidate:
+            continue
+        shortfall = max(0.0, 1.0 - got.tokens_per_s / want.tokens_per_s)
+        figures = f"{got.tokens_per_s:.1f} against {want.tokens_per_s:.1f} tok/s predicted"
+        if want.measured_tokens_per_s is not None and got.measured_tokens_per_s is not None:
+            figures += f"; measured {got.measured_tokens_per_s:.1f} against {want.measured_tokens_per_s:.1f}"
+        lines.append(
+            f"at concurrency {level} the recommendation is {want.candidate.label}; {refusal}, so the paste runs "
+            f"{got.candidate.label} there, predicted {100 * shortfall:.1f}% slower ({figures})"
+        )
+    return chosen, lines

@@ -17,7 +17,7 @@ Pure: no storage, no I/O. The report and the CLI render what this returns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,12 +133,14 @@ def analyze_study(
     seed: int = 0,
     noise_prior: RunNoisePrior | None = None,
     tolerance: float = 0.01,
+    table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
 ) -> StudyAnalysis:
     """Fit, model and recommend for every workload and concurrency level a study measured.
 
     Recommendations stay inside the searched space: draft lengths ``k_min``..``k_max`` of the
     measured drafters, or speculation off where it was measured. ``max_num_seqs`` bounds the
-    per-batch-size table (None: unknown, see analysis/snippet_plan.py)."""
+    per-batch-size table (None: unknown, see analysis/snippet_plan.py); ``table_refusal`` says why
+    the engine cannot take one with a spec config (None: it can)."""
     measured = [c for c in configs if c.feasible]
     if not measured:
         raise FitError("the study has no successfully measured configuration to analyse; run more trials.")
@@ -193,7 +195,7 @@ def analyze_study(
             )
         recommendations.extend(mine)
         templates = {d: c.spec for c in measured if (d := drafter_of(c.spec)) is not None and c.spec is not None}
-        snippets.append(plan_snippet(workload, mine, templates, max_num_seqs=max_num_seqs))
+        snippets.append(plan_snippet(workload, mine, templates, max_num_seqs=max_num_seqs, table_refusal=table_refusal))
         target = objective_concurrency if objective_concurrency in levels else levels[0]
         top = next(r for r in mine if r.concurrency == target)
         if not top.speculation_off and top.choice.num_speculative_tokens >= k_max:
@@ -216,10 +218,15 @@ def analyze_study(
 
 
 def analyze_with_settings(
-    configs: Sequence[MeasuredConfig], settings: StudySettings, *, seed: int = 0
+    configs: Sequence[MeasuredConfig],
+    settings: StudySettings,
+    *,
+    seed: int = 0,
+    table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
 ) -> StudyAnalysis:
     """:func:`analyze_study` of a study's measured configurations as its settings ask: the search
-    decides on, and the report draws, this one analysis."""
+    decides on, and the report draws, this one analysis (``table_refusal``: the engine's, for
+    the paste)."""
     return analyze_study(
         configs,
         workloads=settings.workloads,
@@ -232,6 +239,7 @@ def analyze_with_settings(
         seed=seed,
         noise_prior=settings.noise_prior,
         tolerance=settings.tolerance,
+        table_refusal=table_refusal,
     )
 
 

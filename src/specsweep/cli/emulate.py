@@ -108,7 +108,9 @@ def emulate(
     spec = None
     if speculative_config:
         try:
-            spec = parse_speculative_config(speculative_config, target_tensor_parallel_size=rig.tensor_parallel_size)
+            spec = parse_speculative_config(
+                speculative_config, target_tensor_parallel_size=rig.tensor_parallel_size, version=rig.version
+            )
         except ConfigError as exc:
             if print_truth:
                 raise

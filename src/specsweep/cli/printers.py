@@ -18,8 +18,7 @@ from specsweep.analysis.recommendation import Recommendation
 from specsweep.analysis.rig import Rig
 from specsweep.analysis.study import StudyAnalysis
 from specsweep.analysis.watch import WatchReport
-from specsweep.report.snippets import render_snippet
-from specsweep.report.study_report import recommendation_summary, snippet_heading
+from specsweep.report.study_report import recommendation_summary, snippet_for, snippet_heading
 from specsweep.report.watch_report import summary_lines, window_lines
 from specsweep.runtime.measure import LevelResult, LevelStarted, Measurement, RequestDone, WarmingUp
 from specsweep.tuning.events import (
@@ -42,8 +41,16 @@ from specsweep.tuning.study_time import StudyTime
 from specsweep.types import MeasuredConfig, StudySettings
 
 
-def print_analysis(out: Console, analysis: StudyAnalysis, fmt: str) -> None:
-    """The recommendation per workload and concurrency, why, and the snippet per workload."""
+def print_analysis(
+    out: Console,
+    analysis: StudyAnalysis,
+    fmt: str,
+    *,
+    settings: StudySettings | None = None,
+    folder: Path | None = None,
+) -> None:
+    """The recommendation per workload and concurrency, why, and the snippet per workload (in the
+    study's build's flag names; an SGLang adaptive config written into ``folder``)."""
     out.print(
         "\n[bold]recommended[/bold] (fitted acceptance x modelled step time; aggregate output tok/s, 95% intervals)"
     )
@@ -59,7 +66,7 @@ def print_analysis(out: Console, analysis: StudyAnalysis, fmt: str) -> None:
         out.print(f"{workload}: {snippet_heading(plan)}")
         for line in plan.notes:
             out.print(f"  [yellow]note:[/yellow] {line}")
-        out.print(render_snippet(plan.spec, fmt), highlight=False, markup=False)
+        out.print(snippet_for(analysis, workload, fmt, settings=settings, folder=folder), highlight=False, markup=False)
 
 
 def describe_rig(built: Rig) -> str:

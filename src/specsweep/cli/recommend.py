@@ -7,8 +7,10 @@ from pathlib import Path
 import typer
 
 from specsweep.cli.options import one_of
+from specsweep.engines.registry import engine_of_format
 from specsweep.errors import ConfigError
-from specsweep.report.snippets import FORMATS, render_snippet, snippet_format_for
+from specsweep.report.snippets import FORMATS, snippet_format_for
+from specsweep.report.study_report import snippet_for
 from specsweep.tuning.stored import analyze_stored_study, load_stored_study
 
 
@@ -31,11 +33,17 @@ def recommend(
     carry a num_speculative_tokens_per_batch_size table.
     """
     study = load_stored_study(folder, storage=storage, name=study_name)
-    stored = analyze_stored_study(study)
+    stored = analyze_stored_study(study, paste_engine=engine_of_format(fmt).name if fmt else None)
     analysis = stored.analysis
     fmt = fmt or snippet_format_for(stored.settings.engine)
     chosen = workload or analysis.workloads[0]
     if chosen not in analysis.workloads:
         raise ConfigError(f"the study measured no workload {chosen!r}; it has {', '.join(analysis.workloads)}.")
     plan = analysis.snippet(chosen)
-    typer.echo(render_snippet(plan.spec if plan else None, fmt))
+    # What the paste gives up, and a version whose vocabulary specsweep does not know, as comment
+    # lines (JSON has none: there, on stderr).
+    engine = engine_of_format(fmt)
+    known = engine.vocabulary_note(stored.settings.engine_version) if engine.name == stored.settings.engine else None
+    for line in [*(plan.given_up if plan else ()), *([known] if known else [])]:
+        typer.echo(f"# {line}", err=fmt == "json")
+    typer.echo(snippet_for(analysis, chosen, fmt, settings=stored.settings, folder=folder))

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from specsweep.cli.options import one_of
 from specsweep.cli.printers import print_analysis
+from specsweep.engines.registry import engine_of_format
 from specsweep.report.figures import TrialPoint
 from specsweep.report.snippets import FORMATS, snippet_format_for
 from specsweep.report.study_report import write_report
@@ -47,7 +48,7 @@ def report(
     a copied study folder reports with no server.
     """
     study = load_stored_study(folder, storage=storage, name=study_name)
-    stored = analyze_stored_study(study)
+    stored = analyze_stored_study(study, paste_engine=engine_of_format(fmt).name if fmt else None)
     analysis, configs, settings = stored.analysis, stored.configs, stored.settings
     fmt = fmt or snippet_format_for(settings.engine)
     target = out or (Path(folder) / "report" if folder is not None else Path(f"{study.study_name}-report"))
@@ -55,7 +56,7 @@ def report(
         analysis, configs, settings, trial_history(study), target, name=study.study_name, snippet_format=fmt
     )
     console = Console(soft_wrap=True)
-    print_analysis(console, analysis, fmt)
+    print_analysis(console, analysis, fmt, settings=settings, folder=target)
     console.print(
         f"\nwrote {files.markdown}, {files.html}, {files.results} and {len(files.figures)} figures in {files.folder}"
     )

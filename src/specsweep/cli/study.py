@@ -193,7 +193,7 @@ def _print_results(out: Console, study: optuna.Study, *, on_emulator: bool) -> N
         out.print(f"\n[yellow]no model-based recommendation ({exc}); the best measured configuration:[/yellow]")
         out.print(render_snippet(best.spec, fmt), highlight=False, markup=False)
     else:
-        print_analysis(out, stored.analysis, fmt)
+        print_analysis(out, stored.analysis, fmt, settings=stored.settings)
     print_boot(out, best, on_emulator=on_emulator)
 
 

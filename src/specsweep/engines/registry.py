@@ -30,8 +30,8 @@ class EngineInfo:
     parse_boot_facts: Callable[[str], BootFacts] = vllm.parse_boot_facts
     has_draft_sample_method: bool = True
     extra_body: dict[str, Any] = field(default_factory=dict)
-    # The spec-config fields the engine takes (vLLM's, or vLLM's and the engine's own).
-    validate_spec: Callable[[dict[str, Any]], SpeculativeConfig] = vllm.validate_speculative_config
+    # The spec-config fields the engine takes (vLLM's, or vLLM's and the engine's own), for a version.
+    validate_spec: Callable[..., SpeculativeConfig] = vllm.validate_speculative_config
     # Whether a config's drafter samples its drafts (so draft_sample_method changes anything).
     drafts_from_a_distribution: Callable[[SpeculativeConfig], bool] = vllm.drafts_from_a_distribution
     # Set where the flags depend on the build: the flag names its ``--help`` text lists.
@@ -43,6 +43,12 @@ class EngineInfo:
     accept_length_gauge: str | None = None  # mean tokens per verification step, where no counters exist
     per_batch_size_tables: bool = False  # takes num_speculative_tokens_per_batch_size
     run_noise: RunNoisePrior = USUAL_RUN_NOISE  # what its starts usually vary by
+    # Why the engine cannot run a per-batch-size choice with a spec config (None: it can).
+    table_refusal: Callable[[SpeculativeConfig], str | None] = lambda spec: None
+    # Why a server that started does not run the configuration asked, from its log (None: it does).
+    boot_refusal: Callable[[str], str | None] = lambda log: None
+    # The line to say when a server's version is not one whose vocabulary specsweep knows.
+    vocabulary_note: Callable[[str | None], str | None] = lambda version: None
 
     def spec_args(self, spec: SpeculativeConfig | None, *, help_flags: frozenset[str] | None = None) -> list[str]:
         """The engine's flags for ``spec``; ``help_flags``: what the server binary's --help lists, if read."""
@@ -52,6 +58,7 @@ class EngineInfo:
 
 
 _VLLM_LOAD = {
+    "vocabulary_note": lambda version: vllm.vocabulary_for(version).note,
     "running_gauge": vllm.NUM_REQUESTS_RUNNING,
     "waiting_gauge": vllm.NUM_REQUESTS_WAITING,
     "finished_requests": vllm.REQUEST_SUCCESS + "_total",
@@ -83,6 +90,9 @@ ENGINES = {
         validate_spec=llamacpp.validate_spec_config,
         drafts_from_a_distribution=llamacpp.drafts_from_a_distribution,
         parse_help=llamacpp.parse_help_flags,
+        table_refusal=llamacpp.table_refusal,
+        vocabulary_note=llamacpp.vocabulary_note,
+        boot_refusal=llamacpp.boot_refusal,
         running_gauge=llamacpp.REQUESTS_PROCESSING,
         waiting_gauge=llamacpp.REQUESTS_DEFERRED,
     ),
@@ -93,6 +103,9 @@ ENGINES = {
         render_spec_args=sglang.render_spec_args,
         has_draft_sample_method=False,
         extra_body=sglang.EXTRA_BODY,
+        validate_spec=sglang.validate_spec_config,
+        table_refusal=sglang.table_refusal,
+        vocabulary_note=sglang.vocabulary_note,
         running_gauge=sglang.NUM_RUNNING_REQS,
         waiting_gauge=sglang.NUM_QUEUE_REQS,
         accept_length_gauge=sglang.ACCEPT_LENGTH_GAUGE,
@@ -108,6 +121,15 @@ def engine_info(name: str) -> EngineInfo:
         raise ConfigError(f"unknown engine {name!r}; choose one of: " + ", ".join(ENGINES) + ".") from None
 
 
+# The engine a snippet format pastes to.
+FORMAT_ENGINES = {"sglang": "sglang", "llama.cpp": "llama.cpp"}
+
+
+def engine_of_format(fmt: str) -> EngineInfo:
+    """The engine whose syntax a snippet format speaks (vLLM's forms: vLLM)."""
+    return ENGINES[FORMAT_ENGINES.get(fmt, "vllm")]
+
+
 def engine_from_metric_names(names: set[str]) -> EngineInfo | None:
     """The engine whose metric prefix appears among ``names``, if any."""
     for info in ENGINES.values():
@@ -120,7 +142,7 @@ def engine_from_metric_names(names: set[str]) -> EngineInfo | None:
 
 # Flags (each with one value) that set the spec config, per engine: a rig's flags leave them out.
 SPEC_FLAGS: dict[str, tuple[str, ...]] = {
-    "vllm": ("--speculative-config", "-sc"),
+    "vllm": ("--speculative-config", "-sc", *vllm.SHORTHAND_FLAGS),
     "emulator": ("--speculative-config", "-sc"),
     "llama.cpp": llamacpp.SPEC_FLAGS,
     "sglang": ("--speculative-",),  # a prefix: every --speculative-* flag

@@ -1,7 +1,9 @@
-"""SGLang: metric names and the per-request acceptance fields.
+"""SGLang: its speculative flags per algorithm, metric names and the per-request acceptance fields.
 
-Checked line by line against SGLang 0.5.23's source (the wheel on PyPI; no real SGLang runs here:
-its CPU backend needs sgl-kernel's CPU ops, which no registry package ships, docs/real-engines.md):
+Checked line by line against SGLang 0.5.23's source (the wheel on PyPI; no real SGLang serves here:
+its CPU backend needs sgl-kernel's CPU ops, which no registry package ships, docs/real-engines.md;
+its server-argument parsing and speculative hooks do run, and tests/test_engine_contracts.py hands
+every paste to them):
 
 - ``sglang:prompt_tokens_total`` and ``sglang:generation_tokens_total``: counters, labelled also
   by ``is_streaming`` (``srt/observability/metrics_collector.py`` lines 1856 and 1861).
@@ -18,11 +20,45 @@ its CPU backend needs sgl-kernel's CPU ops, which no registry package ships, doc
   ``spec_registry.py`` line 183), ``--speculative-draft-model-path``, ``--speculative-num-steps``,
   ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``.
 - The server's version: ``/server_info`` (``http_server.py`` line 888; ``runtime/identity.py``).
+
+Per algorithm, as ``srt/arg_groups/speculative_hook.py`` resolves them (k = the draft length):
+
+==========  ==========================================================================
+method      flags
+==========  ==========================================================================
+eagle       EAGLE, a chain: --speculative-num-steps k --speculative-eagle-topk 1
+            --speculative-num-draft-tokens k+1 (``_handle_eagle_family``, lines 1072 to 1266)
+eagle3      EAGLE3, the same chain
+mtp         EAGLE, the same chain. NEXTN is only an alias of EAGLE (``spec_registry.py`` line
+            183, ``speculative_hook.py`` line 116), and DeepSeek-V4's hook asserts EAGLE or DSPARK
+            before the alias resolves (``deepseek_v4_hook.py`` lines 148 to 157; it runs at
+            ``pipeline.py`` line 225, the speculative hook at 306)
+draft_model STANDALONE, the same chain
+dspark      DSPARK --speculative-dspark-block-size k: one step forced, draft tokens = block
+            size + 1 (``_handle_dspark``, lines 757 to 850)
+dflash      DFLASH --speculative-dflash-block-size k+1: one step forced, the block size is the
+            verify window, the draft tokens (lines 334 to 387)
+ngram       NGRAM --speculative-num-draft-tokens k+1 --speculative-ngram-max-bfs-breadth 1: the
+            hook overwrites topk with the BFS breadth (lines 1309 to 1313), so breadth 1 is the chain
+==========  ==========================================================================
+
+Other methods (ngram_gpu, suffix, custom_class) have no SGLang name and are refused before any
+start. A per-batch-size choice is SGLang's adaptive config (``srt/speculative/adaptive_spec_params.py``):
+``--speculative-adaptive --speculative-adaptive-config FILE``, a JSON of batch-size lower bounds
+each with its ``candidate_steps``; one candidate pins a range. It drives EAGLE and EAGLE3 with
+topk 1 only (line 61; other algorithms fall back to static steps with a warning), so with the
+other methods the paste runs one k (analysis/snippet_plan.py).
 """
 
 from __future__ import annotations
 
-from specsweep.types import CounterNames, SpeculativeConfig
+import json
+from typing import Any
+
+from specsweep.engines.versions import choose_vocabulary
+from specsweep.engines.vllm import validate_speculative_config
+from specsweep.errors import ConfigError
+from specsweep.types import BatchSizeRange, CounterNames, SpeculativeConfig
 
 METRIC_PREFIX = "sglang:"
 COUNTERS = CounterNames(generation_tokens="sglang:generation_tokens_total", prompt_tokens="sglang:prompt_tokens_total")
@@ -33,20 +69,87 @@ NUM_RUNNING_REQS = "sglang:num_running_reqs"
 NUM_QUEUE_REQS = "sglang:num_queue_reqs"
 EXTRA_BODY = {"return_spec_tokens_details": True}
 
-# vLLM method names -> SGLang's --speculative-algorithm
-ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "draft_model": "STANDALONE", "ngram": "NGRAM"}
+VERSION = "0.5.23"
+# vLLM method names -> SGLang's --speculative-algorithm (the table in this module's docstring)
+ALGORITHMS = {
+    "eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "EAGLE", "draft_model": "STANDALONE",
+    "dspark": "DSPARK", "dflash": "DFLASH", "ngram": "NGRAM",
+}  # fmt: skip
+CHAINS = ("EAGLE", "EAGLE3", "STANDALONE")
+# What the adaptive config drives (adaptive_spec_params.py line 61).
+ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
+ADAPTIVE_FLAGS = ("--speculative-adaptive", "--speculative-adaptive-config")
+# The file a paste names when no study folder is given.
+ADAPTIVE_CONFIG_NAME = "sglang-adaptive.json"
 
 
-def render_spec_args(spec: SpeculativeConfig | None) -> list[str]:
-    """SGLang's flags: k draft steps, top-k 1 (a chain), k + 1 draft tokens verified."""
+def algorithm_of(method: str | None) -> str:
+    """SGLang's --speculative-algorithm for a vLLM method name; ConfigError if it has none."""
+    if (method or "eagle") not in ALGORITHMS:
+        raise ConfigError(
+            f"SGLang {VERSION} has no speculative algorithm for method {method!r}; use one of "
+            + ", ".join(ALGORITHMS)
+            + " (set it in search.fixed)."
+        )
+    return ALGORITHMS[method or "eagle"]
+
+
+def vocabulary_note(version: str | None) -> str | None:
+    """The line to say when the server is not SGLang 0.5.23, the one version read here."""
+    return choose_vocabulary("SGLang", {VERSION: VERSION}, version).note
+
+
+def validate_spec_config(raw: dict[str, Any], *, version: str | None = None) -> SpeculativeConfig:
+    """vLLM's field rules, and a method SGLang has a name for (refused before any start)."""
+    spec = validate_speculative_config(raw)
+    algorithm_of(spec.method)
+    if spec.draft_sample_method != "greedy":
+        raise ConfigError("SGLang has no draft sampling choice: leave draft_sample_method out of an SGLang study.")
+    return spec
+
+
+def table_refusal(spec: SpeculativeConfig) -> str | None:
+    """Why SGLang cannot take a per-batch-size choice with ``spec`` (None: its adaptive config can)."""
+    algorithm = algorithm_of(spec.method)
+    if algorithm in ADAPTIVE_ALGORITHMS:
+        return None
+    return f"SGLang's adaptive config drives EAGLE and EAGLE3 only, not {algorithm}"
+
+
+def adaptive_config(table: tuple[BatchSizeRange, ...]) -> dict[str, dict[str, list[int]]]:
+    """The adaptive config that pins each row's k from its first batch size on (one candidate
+    per range; a batch size is routed to the largest key at or below it, line 356)."""
+    return {str(row.start): {"candidate_steps": [row.num_speculative_tokens]} for row in table}
+
+
+def adaptive_config_text(table: tuple[BatchSizeRange, ...]) -> str:
+    return json.dumps(adaptive_config(table), indent=2) + "\n"
+
+
+def render_spec_args(spec: SpeculativeConfig | None, *, adaptive_config_path: str | None = None) -> list[str]:
+    """SGLang's flags for ``spec`` (the table in this module's docstring). A per-batch-size table
+    becomes the adaptive flags naming ``adaptive_config_path`` (the caller writes the file,
+    :func:`adaptive_config_text`); ConfigError where SGLang cannot run it."""
     if spec is None or not spec.num_speculative_tokens:
         return []
+    algorithm = algorithm_of(spec.method)
     k = spec.num_speculative_tokens
-    args = [
-        "--speculative-algorithm", ALGORITHMS.get(spec.method or "eagle", (spec.method or "EAGLE").upper()),
-        "--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", str(k + 1),
-    ]  # fmt: skip
+    args = ["--speculative-algorithm", algorithm]
+    if algorithm in CHAINS:
+        args += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1"]
+        args += ["--speculative-num-draft-tokens", str(k + 1)]
+    elif algorithm == "DSPARK":
+        args += ["--speculative-dspark-block-size", str(k)]
+    elif algorithm == "DFLASH":
+        args += ["--speculative-dflash-block-size", str(k + 1)]
+    elif algorithm == "NGRAM":
+        args += ["--speculative-num-draft-tokens", str(k + 1), "--speculative-ngram-max-bfs-breadth", "1"]
     if spec.model:
         args += ["--speculative-draft-model-path", spec.model]
+    table = spec.num_speculative_tokens_per_batch_size
+    if table:
+        reason = table_refusal(spec)
+        if reason is not None:
+            raise ConfigError(f"{reason}: a per-batch-size table cannot be pasted for it.")
+        args += [ADAPTIVE_FLAGS[0], ADAPTIVE_FLAGS[1], adaptive_config_path or ADAPTIVE_CONFIG_NAME]
     return args

@@ -1,7 +1,8 @@
-"""vLLM: the ``--speculative-config`` rules and the Prometheus metric names.
+"""vLLM: the ``--speculative-config`` rules by version and the Prometheus metric names.
 
-Validation follows vLLM 0.33 (``../docs/engines.md`` lists the sources): unknown keys and
-illegal values are refused with the reason, as vLLM refuses them at startup.
+Validation follows the vocabulary of the server's version (:data:`VOCABULARIES`, read from
+vLLM 0.32's and 0.33's ``vllm/config/speculative.py``; docs/engines.md gives the lines): unknown
+keys and illegal values are refused with the reason, as vLLM refuses them at startup.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from specsweep.engines.versions import VersionChoice, choose_vocabulary
 from specsweep.errors import ConfigError
 from specsweep.types import BatchSizeRange, BootFacts, CounterNames, SpeculativeConfig
 
@@ -37,17 +40,17 @@ MTP_ALIASES = (
     "longcat_flash_mtp",
 )
 REMOVED_METHODS = ("medusa", "mlp_speculator")
-METHODS_NEEDING_MODEL = ("draft_model", "eagle", "eagle3", "dflash")
+METHODS_NEEDING_MODEL = ("draft_model", "eagle", "eagle3", "dflash", *REMOVED_METHODS)
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
 REJECTION_SAMPLE_METHODS = ("standard", "synthetic", "block", "fly")
-# Fields accepted and passed through without a rule of their own here.
+# Fields accepted and passed through without a rule of their own here (each a field of
+# SpeculativeConfig in 0.32 and 0.33; speculative_token_tree is in neither).
 PASSTHROUGH_FIELDS = (
     "quantization",
     "max_model_len",
     "revision",
     "code_revision",
     "disable_padded_drafter_batch",
-    "speculative_token_tree",
     "parallel_drafting",
     "suffix_decoding_max_tree_depth",
     "suffix_decoding_max_cached_requests",
@@ -68,6 +71,43 @@ FIELDS = (
     "num_speculative_tokens_per_batch_size",
     *PASSTHROUGH_FIELDS,
 )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VllmVocabulary:
+    """What one vLLM version's ``--speculative-config`` takes (``vllm/config/speculative.py``)."""
+
+    version: str
+    methods: tuple[str, ...]  # SpeculativeMethod, MTP aliases aside
+    rejection_sample_methods: tuple[str, ...]  # RejectionSampleMethod
+
+
+VOCABULARIES = {
+    # 0.32.0: SpeculativeMethod lines 73 to 83 (medusa and mlp_speculator still there),
+    # RejectionSampleMethod line 84.
+    "0.32": VllmVocabulary(
+        version="0.32",
+        methods=(*METHODS, *REMOVED_METHODS),
+        rejection_sample_methods=("standard", "synthetic", "block"),
+    ),
+    # 0.33.0: SpeculativeMethod lines 74 to 82, RejectionSampleMethod line 83 ("fly" added).
+    "0.33": VllmVocabulary(version="0.33", methods=METHODS, rejection_sample_methods=REJECTION_SAMPLE_METHODS),
+}
+NEWEST = "0.33"
+# Shorthand flags (0.22+) that set one spec-config key each; with the same key in
+# --speculative-config vLLM refuses to start (engine/arg_utils.py 0.33 lines 2108 to 2121).
+SHORTHAND_FLAGS = {"--spec-method": "method", "--spec-model": "model", "--spec-tokens": "num_speculative_tokens"}
+
+
+def vocabulary_for(version: str | None) -> VersionChoice[VllmVocabulary]:
+    """The vocabulary a vLLM server of ``version`` speaks (the newest known, with a note, if unknown)."""
+    return choose_vocabulary("vLLM", VOCABULARIES, version)
+
+
+def shorthand_flags_in(argv: list[str] | tuple[str, ...]) -> list[str]:
+    """The ``--spec-method/--spec-model/--spec-tokens`` flags a server command line carries."""
+    return [a.split("=", 1)[0] for a in argv if a.split("=", 1)[0] in SHORTHAND_FLAGS]
+
 
 # Prometheus names (counters without their ``_total`` suffix, as prometheus_client names them).
 SPEC_NUM_DRAFTS = "vllm:spec_decode_num_drafts"
@@ -108,19 +148,25 @@ E2E_BUCKETS_S = (
 )  # fmt: skip
 
 
-def parse_speculative_config(text: str, *, target_tensor_parallel_size: int = 1) -> SpeculativeConfig:
-    """Parse and validate the JSON given to ``--speculative-config`` the way vLLM does."""
+def parse_speculative_config(
+    text: str, *, target_tensor_parallel_size: int = 1, version: str | None = None
+) -> SpeculativeConfig:
+    """Parse and validate the JSON given to ``--speculative-config`` the way vLLM ``version`` does."""
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--speculative-config is not valid JSON ({exc.msg} at char {exc.pos}).") from None
     if not isinstance(raw, dict):
         raise ConfigError("--speculative-config must be a JSON object, e.g. '{\"num_speculative_tokens\": 3}'.")
-    return validate_speculative_config(raw, target_tensor_parallel_size=target_tensor_parallel_size)
+    return validate_speculative_config(raw, target_tensor_parallel_size=target_tensor_parallel_size, version=version)
 
 
-def validate_speculative_config(raw: dict[str, Any], *, target_tensor_parallel_size: int = 1) -> SpeculativeConfig:
-    """Validate a speculative config given as a mapping; raise ConfigError naming the field."""
+def validate_speculative_config(
+    raw: dict[str, Any], *, target_tensor_parallel_size: int = 1, version: str | None = None
+) -> SpeculativeConfig:
+    """Validate a speculative config given as a mapping, as vLLM ``version`` (None: the newest
+    known) does at startup; raise ConfigError naming the field."""
+    vocabulary = vocabulary_for(version).vocabulary
     unknown = sorted(set(raw) - set(FIELDS))
     if unknown:
         raise ConfigError(
@@ -130,13 +176,15 @@ def validate_speculative_config(raw: dict[str, Any], *, target_tensor_parallel_s
     if method is not None:
         if not isinstance(method, str):
             raise ConfigError("speculative_config.method must be a string.")
-        if method in REMOVED_METHODS:
+        if method in REMOVED_METHODS and method not in vocabulary.methods:
             raise ConfigError(f"speculative_config.method {method!r} was removed in vLLM 0.33.")
         if method in MTP_ALIASES:
             method = "mtp"
-        if method not in METHODS:
+        if method not in vocabulary.methods:
             raise ConfigError(
-                f"speculative_config.method {method!r} is not supported; choose one of " + ", ".join(METHODS) + "."
+                f"speculative_config.method {method!r} is not supported by vLLM {vocabulary.version}; choose one of "
+                + ", ".join(vocabulary.methods)
+                + "."
             )
         if method in METHODS_NEEDING_MODEL and not raw.get("model"):
             raise ConfigError(f"speculative_config.method {method!r} needs a draft 'model'.")
@@ -155,10 +203,10 @@ def validate_speculative_config(raw: dict[str, Any], *, target_tensor_parallel_s
             f"speculative_config.draft_sample_method must be 'greedy' or 'probabilistic', got {draft_sample!r}."
         )
     rejection = raw.get("rejection_sample_method", "standard")
-    if rejection not in REJECTION_SAMPLE_METHODS:
+    if rejection not in vocabulary.rejection_sample_methods:
         raise ConfigError(
-            "speculative_config.rejection_sample_method must be one of "
-            + ", ".join(REJECTION_SAMPLE_METHODS)
+            f"speculative_config.rejection_sample_method must be one of (vLLM {vocabulary.version}) "
+            + ", ".join(vocabulary.rejection_sample_methods)
             + f", got {rejection!r}."
         )
     rates, length = _validate_synthetic(raw, rejection, k)
@@ -170,7 +218,7 @@ def validate_speculative_config(raw: dict[str, Any], *, target_tensor_parallel_s
             "speculative_config.draft_tensor_parallel_size must be 1 or the target's tensor "
             f"parallel size ({target_tensor_parallel_size}), got {draft_tp!r}."
         )
-    per_batch = _validate_per_batch_size(raw.get("num_speculative_tokens_per_batch_size"), k)
+    per_batch = _validate_per_batch_size(raw.get("num_speculative_tokens_per_batch_size"))
 
     model = raw.get("model")
     if model is not None and not isinstance(model, str):
@@ -251,7 +299,11 @@ def _validate_prompt_lookup(raw: dict[str, Any], method: str | None) -> tuple[in
     return lookup_max, lookup_min
 
 
-def _validate_per_batch_size(value: Any, k: int | None) -> tuple[BatchSizeRange, ...] | None:
+def _validate_per_batch_size(value: Any) -> tuple[BatchSizeRange, ...] | None:
+    """vLLM's rules for the table (``v1/spec_decode/dynamic/utils.py`` lines 16 to 74, the same in
+    0.32 and 0.33): positive inclusive ranges, no overlap, the first starting at batch size 1, each
+    K >= 0. A K above num_speculative_tokens is not refused there: it runs as num_speculative_tokens
+    (:meth:`SpeculativeConfig.k_for_batch_size`)."""
     if value is None:
         return None
     where = "speculative_config.num_speculative_tokens_per_batch_size"
@@ -264,13 +316,18 @@ def _validate_per_batch_size(value: Any, k: int | None) -> tuple[BatchSizeRange,
         start, end, row_k = row
         if start < 1 or end < start:
             raise ConfigError(f"{where}: row {row!r} needs 1 <= start_bs <= end_bs.")
-        if row_k < 0 or (k is not None and row_k > k):
-            raise ConfigError(f"{where}: row {row!r} needs 0 <= K <= num_speculative_tokens ({k}).")
+        if row_k < 0:
+            raise ConfigError(f"{where}: row {row!r} needs K >= 0.")
         rows.append(BatchSizeRange(start=start, end=end, num_speculative_tokens=row_k))
     rows.sort(key=lambda r: r.start)
     for before, after in pairwise(rows):
         if after.start <= before.end:
             raise ConfigError(f"{where}: ranges {before.start}-{before.end} and {after.start}-{after.end} overlap.")
+    if rows[0].start != 1:
+        raise ConfigError(
+            f"{where}: the first row starts at batch size {rows[0].start}; vLLM needs it to start at 1 so every "
+            "batch size has a K."
+        )
     return tuple(rows)
 
 

@@ -23,7 +23,7 @@ from specsweep.report.figures import (
     render_figure,
     throughput_figure_data,
 )
-from specsweep.report.snippets import render_snippet
+from specsweep.report.snippets import render_snippet, write_adaptive_config
 from specsweep.runtime.store import finite_json, write_atomic, write_json_atomic
 from specsweep.types import MeasuredConfig, StudySettings
 
@@ -95,10 +95,22 @@ def snippet_heading(plan: SnippetPlan) -> str:
     return f"paste (runs, by concurrency, {runs}; a per-batch-size table up to batch {plan.max_batch}, {bound})"
 
 
-def snippet_for(analysis: StudyAnalysis, workload: str, fmt: str) -> str:
-    """The paste-ready snippet for one workload (per-batch table included when it pays)."""
+def snippet_for(
+    analysis: StudyAnalysis,
+    workload: str,
+    fmt: str,
+    *,
+    settings: StudySettings | None = None,
+    folder: Path | None = None,
+) -> str:
+    """The paste-ready snippet for one workload (per-batch table included when it pays), in the
+    flag names of the build the study read (``settings``); an SGLang adaptive config is written
+    into ``folder`` when one is given."""
     plan = analysis.snippet(workload)
-    return render_snippet(plan.spec if plan is not None else None, fmt)
+    spec = plan.spec if plan is not None else None
+    path = write_adaptive_config(spec, folder, workload) if fmt == "sglang" and folder is not None else None
+    flags = settings.engine_flags if settings is not None and fmt == "llama.cpp" else None
+    return render_snippet(spec, fmt, help_flags=flags, adaptive_config_path=path)
 
 
 def write_report(
@@ -122,7 +134,7 @@ def write_report(
         plan = analysis.snippet(workload)
         if plan is None:
             continue
-        text = snippet_for(analysis, workload, snippet_format)
+        text = snippet_for(analysis, workload, snippet_format, settings=settings, folder=folder)
         blocks.append(doc.Paragraph(text=f"{workload}: {snippet_heading(plan)}"))
         blocks.append(doc.Code(text=text))
         if plan.notes:
@@ -168,10 +180,11 @@ def results_document(
                 "workloads": list(settings.workloads),
                 "k_max": settings.k_max,
                 "baseline": settings.baseline.to_json() if settings.baseline else None,
+                "engine_flags": sorted(settings.engine_flags) if settings.engine_flags else None,
             },
             "recommendations": [asdict(r) for r in analysis.recommendations],
             "snippets": {
-                w: {"format": snippet_format, "text": snippet_for(analysis, w, snippet_format)}
+                w: {"format": snippet_format, "text": snippet_for(analysis, w, snippet_format, settings=settings)}
                 for w in analysis.workloads
             },
             "acceptance": [asdict(a) for a in analysis.acceptance],

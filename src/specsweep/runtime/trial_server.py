@@ -125,6 +125,9 @@ class TrialServer:
                 write_lease(self.lease_path, lease)
         self._wait_ready(url + config.ready_path)
         startup = time.monotonic() - started
+        refusal = self.engine.boot_refusal(self.log())
+        if refusal is not None:
+            raise LaunchError(refusal)
         return StartedServer(
             url=url,
             argv=tuple(argv),

@@ -12,13 +12,19 @@ fields of its own beside vLLM's).
 from __future__ import annotations
 
 import itertools
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from specsweep.config import SearchSpace
 from specsweep.engines.registry import EngineInfo
-from specsweep.engines.vllm import drafts_from_a_distribution, validate_speculative_config
+from specsweep.engines.vllm import (
+    SHORTHAND_FLAGS,
+    drafts_from_a_distribution,
+    shorthand_flags_in,
+    validate_speculative_config,
+)
 from specsweep.errors import ConfigError
 from specsweep.types import SpeculativeConfig
 
@@ -77,6 +83,22 @@ class Space:
         if spec.draft_sample_method != "greedy" and not self.samples_drafts(spec):
             spec = replace(spec, draft_sample_method="greedy")  # a lookup drafter: the same server
         return spec
+
+    def notes(self) -> list[str]:
+        """One line per drafter of the space that does not read the draft sampling the space opens:
+        its greedy and probabilistic configurations are one server, measured once."""
+        if self.methods_collapsed or len(self.draft_sample_methods) < 2:
+            return []
+        ignored = set()
+        for params in self.distinct_params():
+            spec = self.config_from_params(params)
+            if spec is not None and not self.samples_drafts(spec):
+                ignored.add(spec.extra.get("spec_type") or spec.method or "the default method")
+        return [
+            f"draft_sample_method is not searched for {name}: it drafts without sampling (it looks tokens up, or "
+            "takes the draft's top token), so greedy and probabilistic are one server, measured once."
+            for name in sorted(ignored)
+        ]
 
     def params_for(self, spec_fields: dict[str, Any] | None) -> dict[str, Any]:
         """Parameters that reproduce a spec config written as fields (None: speculation off)."""
@@ -138,6 +160,22 @@ def check_space(space: Space, source: str, baseline: dict[str, Any] | None = Non
         space.config_from_params(space.params_for(baseline))
     except ConfigError as exc:
         raise ConfigError(f"{source}: search.baseline is not a valid spec config ({exc}); fix that value.") from None
+
+
+def check_start_command(start: str | tuple[str, ...] | None, engine: str, source: str) -> None:
+    """ConfigError if the server's start command sets a spec-config key itself that specsweep sets
+    in each trial (vLLM's --spec-method/--spec-model/--spec-tokens, refused with the same key in
+    --speculative-config)."""
+    if engine != "vllm" or start is None:
+        return
+    argv = shlex.split(start) if isinstance(start, str) else list(start)
+    found = shorthand_flags_in(argv)
+    if found:
+        keys = ", ".join(SHORTHAND_FLAGS[flag] for flag in found)
+        raise ConfigError(
+            f"{source}: server.start has {', '.join(found)}, which vLLM refuses beside the same key in the "
+            f"--speculative-config each trial passes; remove it and set {keys} in search.fixed instead."
+        )
 
 
 def check_spec_args(space: Space, engine: EngineInfo, source: str, *, help_flags: frozenset[str] | None = None) -> None:

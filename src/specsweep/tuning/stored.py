@@ -17,6 +17,7 @@ from pathlib import Path
 import optuna
 
 from specsweep.analysis.study import StudyAnalysis, analyze_with_settings, measured_rates
+from specsweep.engines.registry import engine_info
 from specsweep.errors import ConfigError
 from specsweep.tuning.records import measured_configs
 from specsweep.tuning.space import OFF_KEY
@@ -81,11 +82,15 @@ def analyze_stored_study(
     seed: int = 0,
     configs: list[MeasuredConfig] | None = None,
     settings: StudySettings | None = None,
+    paste_engine: str | None = None,
 ) -> StoredAnalysis:
-    """Fit, model and recommend from what the study stored (``configs`` and ``settings``: read already)."""
+    """Fit, model and recommend from what the study stored (``configs`` and ``settings``: read
+    already). The paste is planned for ``paste_engine`` (default: the study's engine): where it
+    cannot take a per-batch-size choice, the paste says which levels give way."""
     configs = configs if configs is not None else measured_configs(study)
     settings = settings if settings is not None else read_study_settings(study, configs)
-    analysis = analyze_with_settings(configs, settings, seed=seed)
+    engine = engine_info(paste_engine or settings.engine)
+    analysis = analyze_with_settings(configs, settings, seed=seed, table_refusal=engine.table_refusal)
     return StoredAnalysis(analysis=analysis, configs=configs, settings=settings)
 
 

@@ -13,7 +13,8 @@ import signal
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import optuna
@@ -29,7 +30,14 @@ from specsweep.runtime.trial_server import read_help_flags
 from specsweep.tuning import records
 from specsweep.tuning.claims import claim, key_states
 from specsweep.tuning.events import MeasuredElsewhere, Note, Planned, StartsLeft, TrialReused, Waiting
-from specsweep.tuning.space import Space, build_space, check_space, check_spec_args, config_key
+from specsweep.tuning.space import (
+    Space,
+    build_space,
+    check_space,
+    check_spec_args,
+    check_start_command,
+    config_key,
+)
 from specsweep.tuning.storage import (
     Heartbeat,
     default_worker,
@@ -39,6 +47,7 @@ from specsweep.tuning.storage import (
     redact_password,
 )
 from specsweep.tuning.strategy import Phase, SearchDecision, decide_next, start_budget
+from specsweep.tuning.study_settings import write_engine_flags
 from specsweep.tuning.study_store import StudyPaths, open_study, settings_of
 from specsweep.tuning.study_time import StudyTime, study_time
 from specsweep.tuning.trial import TrialRunner, level_targets
@@ -108,6 +117,7 @@ class StudyRunner:
             samples_drafts=self.engine.drafts_from_a_distribution,
         )
         check_space(self.space, config.source, config.search.baseline)
+        check_start_command(config.server.start, config.server.engine, config.source)
         # An engine whose flags differ by build (llama.cpp): every configuration is rendered for the
         # build at hand now, so a setting it cannot express stops the study before any server starts.
         help_flags = read_help_flags(config.server, self.engine)
@@ -125,8 +135,10 @@ class StudyRunner:
             config, paths, self.engine, workloads, api_key=api_key, worker=self.worker, emit=self.emit,
             ask_user=ask_user, help_flags=help_flags,
         )  # fmt: skip
+        write_engine_flags(self.study, help_flags)
         self.settings = settings_of(config, self.space)
         self.ties: tuple[str, ...] = ()  # leaders the search could not separate (said at its stop)
+        self._engine_version: str | None = None  # what the measured server said it is
         self._trial_wall_s = 0.0  # wall clock inside trials this run (the rest is idle)
         # While other workers measure the last configurations, look again this often.
         self.poll_s = min(5.0, config.heartbeat_s / 2)
@@ -146,6 +158,8 @@ class StudyRunner:
         waiting = False
         if self.space.methods_collapsed and len(config.search.draft_sample_method) > 1:
             self.emit(Note(text=self._collapse_note()))
+        for line in self.space.notes():
+            self.emit(Note(text=line))
         thin = config.measure.requests and thin_levels(config.measure.concurrency, config.measure.requests)
         if thin:
             self.emit(Note(text=thin))
@@ -286,7 +300,21 @@ class StudyRunner:
             ) from None
         finally:
             self._trial_wall_s += time.monotonic() - trial_started
+        self._adopt_version(self.trials.engine_version)
         return "failed" if value is None else "measured"
+
+    def _adopt_version(self, version: str | None) -> None:
+        """Once a server has said its version, validate the rest of the study for it: say so if
+        specsweep does not know that version's vocabulary, and stop (one line, measured trials
+        kept) if a configuration of the space is one that version refuses."""
+        if version is None or version == self._engine_version:
+            return
+        self._engine_version = version
+        note = self.engine.vocabulary_note(version)
+        if note is not None:
+            self.emit(Note(text=note))
+        self.space = replace(self.space, validate=partial(self.engine.validate_spec, version=version))
+        check_space(self.space, f"{self.config.source} (for {self.engine.name} {version})", self.config.search.baseline)
 
     def _decide(self, *, exclude: Collection[str]) -> SearchDecision:
         """The model-guided search's next configuration (or why none), from every trial in storage."""

@@ -42,6 +42,7 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
     levels = attrs.get("concurrency") or sorted({b for c in configs for r in c.results.values() for b in r})
     k_range = attrs.get("num_speculative_tokens_range")
     baseline_key = attrs.get("baseline_key")
+    flags = attrs.get("engine_flags")
     return StudySettings(
         workload_weights=weights,
         concurrency_levels=tuple(int(b) for b in levels),
@@ -55,6 +56,8 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
         max_num_seqs=attrs.get("max_num_seqs"),
         tolerance=float(attrs.get("tolerance") or 0.01),
         noise_prior=_engine_noise(str(attrs.get("engine", "vllm"))),
+        engine_version=_engine_version(study),
+        engine_flags=frozenset(flags) if flags else None,
     )
 
 
@@ -64,6 +67,21 @@ def _engine_noise(engine: str) -> RunNoisePrior | None:
         return engine_info(engine).run_noise
     except ConfigError:
         return None
+
+
+def write_engine_flags(study: optuna.Study, flags: frozenset[str] | None) -> None:
+    """Keep the flag names the server binary's --help listed, so the paste speaks that build."""
+    if flags:
+        study.set_user_attr("engine_flags", sorted(flags))
+
+
+def _engine_version(study: optuna.Study) -> str | None:
+    """The version the study's latest measured server gave (its trials' ``server`` identity)."""
+    for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: -t.number):
+        server = trial.user_attrs.get("server")
+        if isinstance(server, dict) and server.get("engine_version"):
+            return str(server["engine_version"])
+    return None
 
 
 def check_joinable(study: optuna.Study, mine: StudySettings) -> str | None:

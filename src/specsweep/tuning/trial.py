@@ -134,6 +134,7 @@ class TrialRunner:
         self.emit = emit
         self.ask_user = ask_user
         self.help_flags = help_flags  # what the server binary's --help lists (llama.cpp builds differ)
+        self.engine_version: str | None = None  # what the last server started said it is
         # On the emulator, rates and times are recorded in modelled (real-hardware) units.
         self.time_scale = config.server.emulator.time_scale if config.server.mode == "emulator" else 1.0
         self.modelled_boot_s = emulator_startup_s(config.server) if config.server.mode == "emulator" else None
@@ -173,6 +174,7 @@ class TrialRunner:
             }
             # What the server says it is (engine, version, model): a rig made from this study keeps it.
             identity = read_server_identity(started.url, self.engine.name)
+            self.engine_version = identity.engine_version or self.engine_version
             records.record_boot(
                 trial, argv=tuple(started.argv), startup_s=started.startup_s, boot=started.boot, server=identity
             )

