@@ -25,7 +25,7 @@ from specsweep.runtime.measure import (
     thin_levels,
 )
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
-from specsweep.tuning.rig import recommend_for_measurement
+from specsweep.tuning.rig import recommend_for_measurement, rig_drafter
 from specsweep.tuning.rig_file import check_server_against_rig, load_rig
 from specsweep.workload import load_workload
 
@@ -57,7 +57,11 @@ def measure(
     rig: Path = typer.Option(
         None, help="A rig file (studies/NAME/rig.json): also recommend k for this workload, with no restart."
     ),
-    drafter: str = typer.Option(None, help="With --rig: the running server's draft method, if the rig has several."),
+    drafter: str = typer.Option(
+        None,
+        help="With --rig: the running drafter, as the rig names it (e.g. 'dspark (probabilistic)'; "
+        "specsweep rig lists them), when the rig has several.",
+    ),
     server_args: str = typer.Option(
         None, help="With --rig: the command line the server was started with, to check against the rig's flags."
     ),
@@ -81,6 +85,8 @@ def measure(
         identity = read_server_identity(endpoint, engine)
         args = shlex.split(server_args) if server_args else None
         unchecked = check_server_against_rig(loaded_rig, identity, server_args=args)
+        # Which of the rig's drafters the server runs is settled before any request is sent.
+        drafter = rig_drafter(loaded_rig, drafter).label
         if concurrency is None:
             concurrency = ",".join(str(b) for b in loaded_rig.concurrency_levels)
     settings = MeasureSettings(

@@ -82,7 +82,7 @@ def print_rig(out: Console, built: Rig) -> None:
     if built.identity.server_args:
         out.print(f"  flags: {' '.join(built.identity.server_args)}")
     for fit in built.model.fits:
-        name = "off" if fit.drafter is None else fit.drafter.method
+        name = "speculation off" if fit.drafter is None else fit.drafter.label
         points = ", ".join(f"k={p.num_speculative_tokens} {1000 * p.step_time_s:.2f}" for p in fit.points)
         out.print(
             f"  concurrency {fit.concurrency}, {name}: decode step ms {points}; line "

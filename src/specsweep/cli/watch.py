@@ -65,7 +65,11 @@ def watch(
     rig: Path = typer.Option(
         None, help="A rig file (studies/NAME/rig.json): predict and recommend (without: acceptance and load only)."
     ),
-    drafter: str = typer.Option(None, help="The running draft method, when the rig has several."),
+    drafter: str = typer.Option(
+        None,
+        help="The running drafter, as the rig names it (e.g. 'dspark (probabilistic)'; specsweep rig lists them), "
+        "when the rig has several.",
+    ),
     running_config: str = typer.Option(
         None, help="The spec config JSON the server runs: the snippet keeps its fields; needed for SGLang (its k)."
     ),

@@ -1,0 +1,83 @@
+"""What a user does after the first study, through the command line on the emulator: each step
+works, or fails before it costs anything, in one line that says what to do."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .builders import emulator_study, specsweep, write_study
+
+PROBABILISTIC_K2 = '{"method":"dspark","num_speculative_tokens":2,"draft_sample_method":"probabilistic"}'
+
+
+def one_error_line(result) -> str:
+    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("specsweep: error: ")
+    return result.stderr
+
+
+def served_requests(url: str) -> float:
+    """Requests the emulator has finished, from its own counter."""
+    text = httpx.get(f"{url}/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total"))
+
+
+@pytest.fixture(scope="module")
+def two_drafter_study(tmp_path_factory) -> Path:
+    """A small grid study of dspark drafting greedily and probabilistically: its folder (rig.json inside)."""
+    folder = tmp_path_factory.mktemp("journeys")
+    data = emulator_study(
+        "both", seed=2501, k=(1, 2), concurrency=(1,), requests=3, temperature=0.6,
+        study={"sampler": "grid"}, search={"draft_sample_method": ["greedy", "probabilistic"]},
+    )  # fmt: skip
+    write_study(folder / "both.toml", data)
+    result = specsweep("study", "--config", "both.toml", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    return folder / "studies" / "both"
+
+
+def test_rig_names_each_drafter_by_method_and_draft_sampling(two_drafter_study: Path) -> None:
+    result = specsweep("rig", str(two_drafter_study))
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.strip().startswith("concurrency 1,")]
+    assert [line.split(":")[0].strip() for line in lines] == [
+        "concurrency 1, speculation off",
+        "concurrency 1, dspark (greedy)",
+        "concurrency 1, dspark (probabilistic)",
+    ]
+
+
+def test_measure_with_a_rig_of_several_drafters_asks_which_before_any_request(
+    two_drafter_study: Path, start_emulator
+) -> None:
+    server = start_emulator(speculative_config=PROBABILISTIC_K2, time_scale=200)
+    rig = str(two_drafter_study / "rig.json")
+    common = ("measure", "--endpoint", server.url, "--rig", rig, "--requests", "3", "--max-tokens", "60",
+              "--temperature", "0.6")  # fmt: skip
+    for named in ((), ("--drafter", "dspark")):
+        error = one_error_line(specsweep(*common, *named))
+        assert "'dspark (greedy)', 'dspark (probabilistic)'" in error
+        assert "--drafter 'dspark (probabilistic)'" in error
+    assert served_requests(server.url) == 0  # refused before any request
+    wrong = one_error_line(specsweep(*common, "--drafter", "eagle3"))
+    assert "no drafter 'eagle3'" in wrong and "'dspark (greedy)'" in wrong
+    # the name the error gives is the name --drafter takes
+    result = specsweep(*common, "--drafter", "dspark (probabilistic)")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"running k=2 probabilistic measured", result.stdout), result.stdout
+
+
+def test_watch_takes_the_drafter_as_the_rig_names_it(two_drafter_study: Path, start_emulator) -> None:
+    server = start_emulator(speculative_config=PROBABILISTIC_K2, time_scale=200)
+    rig = str(two_drafter_study / "rig.json")
+    watch = ("watch", "--endpoint", server.url, "--rig", rig, "--interval", "0.2s", "--duration", "1s")
+    error = one_error_line(specsweep(*watch))
+    assert "--drafter 'dspark (probabilistic)'" in error
+    result = specsweep(*watch, "--drafter", "dspark (probabilistic)")
+    assert result.returncode == 0, result.stderr
+    assert "dspark (probabilistic)" in result.stdout
