@@ -24,7 +24,9 @@ def one_error_line(result) -> str:
 def served_requests(url: str) -> float:
     """Requests the emulator has finished, from its own counter."""
     text = httpx.get(f"{url}/metrics").text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total"))
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:request_success_total")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +83,27 @@ def test_watch_takes_the_drafter_as_the_rig_names_it(two_drafter_study: Path, st
     result = specsweep(*watch, "--drafter", "dspark (probabilistic)")
     assert result.returncode == 0, result.stderr
     assert "dspark (probabilistic)" in result.stdout
+
+
+def test_a_study_that_measured_only_speculation_off_says_what_to_run(tmp_path: Path) -> None:
+    write_study(tmp_path / "s.toml", emulator_study("lonely", seed=2502, k=(1, 3)))
+    result = specsweep("study", "--config", "s.toml", "--trials", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "turn speculation off" not in result.stdout and "+0.0%" not in result.stdout
+    assert "no recommendation: study lonely has measured only speculation off" in result.stdout
+    assert "specsweep study --resume --study-name lonely" in result.stdout
+    assert "specsweep report" not in result.stdout  # it has nothing to report yet
+    for command in ("report", "recommend"):
+        error = one_error_line(specsweep(command, "studies/lonely", cwd=tmp_path))
+        assert "measured only speculation off" in error and "--resume" in error
+
+
+def test_resume_of_a_study_that_does_not_exist_creates_nothing(tmp_path: Path) -> None:
+    write_study(tmp_path / "s.toml", emulator_study("here", seed=2503))
+    (tmp_path / "studies" / "here").mkdir(parents=True)
+    (tmp_path / "studies" / "here" / "study.db").write_bytes(b"")  # an empty database
+    error = one_error_line(specsweep("study", "--config", "s.toml", "--study-name", "nosuch", "--resume", cwd=tmp_path))
+    assert "there is no study 'nosuch'" in error and "drop --resume" in error
+    assert not (tmp_path / "studies" / "nosuch").exists()
+    error = one_error_line(specsweep("report", "studies/here", cwd=tmp_path))
+    assert "holds no study" in error and "run specsweep study" in error

@@ -305,15 +305,19 @@ def print_best_measured(out: Console, configs: Sequence[MeasuredConfig], setting
             if pick is None:
                 continue
             gains = []
-            if pick.off_rate:
+            if pick.off_rate and pick.best.spec is not None:
                 gains.append(f"{100 * (pick.rate / pick.off_rate - 1):+.1f}% vs speculation off")
             if pick.baseline_rate:
                 gains.append(f"{100 * (pick.rate / pick.baseline_rate - 1):+.1f}% vs baseline")
             gap = f"; runner-up {100 * pick.runner_up_gap:.1f}% slower" if pick.runner_up_gap is not None else ""
             out.print(
                 f"  {name} at concurrency {level}: {candidate_of(pick.best.spec).short_label}  {pick.rate:.1f} tok/s  "
-                f"({', '.join(gains) or 'no reference measured'}{gap})"
+                f"({', '.join(gains) or _no_reference(pick.best)}{gap})"
             )
+
+
+def _no_reference(best: MeasuredConfig) -> str:
+    return "nothing speculative measured here" if best.spec is None else "no reference measured"
 
 
 def print_boot(out: Console, best: MeasuredConfig, *, on_emulator: bool) -> None:

@@ -34,10 +34,10 @@ from specsweep.tuning.rig import build_rig
 from specsweep.tuning.rig_file import RIG_FILE, load_rig, write_rig
 from specsweep.tuning.rig_study import run_rig_study
 from specsweep.tuning.storage import default_worker, is_shared, redact_password
-from specsweep.tuning.stored import analyze_stored_study, best_overall
+from specsweep.tuning.stored import analyze_stored_study, best_overall, nothing_to_compare
 from specsweep.tuning.study import StudyOutcome, StudyRunner
 from specsweep.tuning.study_settings import read_study_settings
-from specsweep.tuning.study_store import study_exists, study_paths
+from specsweep.tuning.study_store import check_resumable, study_exists, study_paths
 
 # The default study: the emulator's default profile (the DGX Spark field report), the report's
 # current configuration as the baseline, draft lengths 1 to 5 with both draft methods at the
@@ -130,6 +130,8 @@ def study(
         where = redact_password(paths.storage)
         out.print(f"study {chosen.name} exists in {where}: continuing it (--study-name NAME starts afresh)")
         resume = True
+    if resume and not shared:
+        check_resumable(chosen.name, paths, studies_dir)  # before anything is created
     on_emulator = chosen.server.engine == "emulator"
     if on_emulator:
         out.print(
@@ -161,24 +163,29 @@ def study(
         out.print(f"  [yellow]tied:[/yellow] {tie}")
     if outcome.time is not None:
         print_study_time(out, outcome.time)
-    _print_results(out, outcome.study, on_emulator=on_emulator)
+    reported = _print_results(out, outcome.study, on_emulator=on_emulator)
     _write_rig(out, outcome, chosen, paths.folder)
-    if paths.storage.startswith("sqlite:///"):
+    if reported and paths.storage.startswith("sqlite:///"):
         out.print(f"figures, tables and fits: specsweep report {paths.folder}")
 
 
-def _print_results(out: Console, study: optuna.Study, *, on_emulator: bool) -> None:
-    """Best measured configuration per workload and concurrency, the recommendation and its snippet."""
+def _print_results(out: Console, study: optuna.Study, *, on_emulator: bool) -> bool:
+    """Best measured configuration per workload and concurrency, the recommendation and its snippet;
+    False when the study holds too little to report on."""
     configs = measured_configs(study)
     if not configs:
         out.print("[red]no configuration was measured successfully; see the trial logs in the study folder.[/red]")
-        return
+        return False
     settings = read_study_settings(study, configs)
     print_best_measured(out, configs, settings)
+    too_little = nothing_to_compare(configs, study.study_name)
+    if too_little is not None:
+        out.print(f"\n[yellow]no recommendation[/yellow]: {too_little}")
+        return False
     best = best_overall(configs)
     if best is None:
         out.print("[red]no configuration met the objective's constraints.[/red]")
-        return
+        return True
     fmt = snippet_format_for(settings.engine)
     try:
         stored = analyze_stored_study(study, configs=configs, settings=settings)
@@ -188,6 +195,7 @@ def _print_results(out: Console, study: optuna.Study, *, on_emulator: bool) -> N
     else:
         print_analysis(out, stored.analysis, fmt)
     print_boot(out, best, on_emulator=on_emulator)
+    return True
 
 
 def _write_rig(out: Console, outcome: StudyOutcome, config: StudyConfig, folder: Path) -> None:

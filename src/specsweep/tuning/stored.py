@@ -17,7 +17,7 @@ from pathlib import Path
 import optuna
 
 from specsweep.analysis.study import StudyAnalysis, analyze_with_settings, measured_rates
-from specsweep.errors import ConfigError
+from specsweep.errors import ConfigError, FitError
 from specsweep.tuning.records import measured_configs
 from specsweep.tuning.space import OFF_KEY
 from specsweep.tuning.storage import open_storage, redact_password
@@ -60,6 +60,18 @@ def pick_best(
     )
 
 
+def nothing_to_compare(configs: list[MeasuredConfig], name: str) -> str | None:
+    """Why the study cannot recommend yet, when it measured speculation off alone (or nothing):
+    a recommendation compares at least one speculative configuration with it."""
+    if any(c.feasible and c.spec is not None and c.spec.num_speculative_tokens for c in configs):
+        return None
+    measured = "only speculation off" if any(c.feasible for c in configs) else "no configuration"
+    return (
+        f"study {name} has measured {measured}: there is nothing to compare yet; continue it with "
+        f"specsweep study --resume --study-name {name} (and the same --config), without --trials or with more."
+    )
+
+
 def best_overall(configs: list[MeasuredConfig]) -> MeasuredConfig | None:
     """The feasible configuration with the best objective (weighted over workloads)."""
     feasible = [c for c in configs if c.feasible]
@@ -84,6 +96,9 @@ def analyze_stored_study(
 ) -> StoredAnalysis:
     """Fit, model and recommend from what the study stored (``configs`` and ``settings``: read already)."""
     configs = configs if configs is not None else measured_configs(study)
+    too_little = nothing_to_compare(configs, study.study_name)
+    if too_little is not None:
+        raise FitError(too_little)
     settings = settings if settings is not None else read_study_settings(study, configs)
     analysis = analyze_with_settings(configs, settings, seed=seed)
     return StoredAnalysis(analysis=analysis, configs=configs, settings=settings)
@@ -104,6 +119,11 @@ def load_stored_study(folder: Path | None, *, storage: str | None = None, name: 
         storage = f"sqlite:///{database.as_posix()}"
     opened = open_storage(storage, heartbeat_s=None)
     names = [s.study_name for s in optuna.get_all_study_summaries(opened)]
+    if not names:
+        raise ConfigError(
+            f"{redact_password(storage)} holds no study (nothing was ever measured into it): run specsweep study "
+            "to make one, and pass its folder."
+        )
     if name is None:
         if folder is not None and Path(folder).name in names:
             name = Path(folder).name
