@@ -4,10 +4,14 @@ works, or fails before it costs anything, in one line that says what to do."""
 from __future__ import annotations
 
 import re
+import sys
+import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from specsweep.runtime.launcher import ServerProcess, free_port
 
 from .builders import emulator_study, specsweep, write_study
 
@@ -107,3 +111,50 @@ def test_resume_of_a_study_that_does_not_exist_creates_nothing(tmp_path: Path) -
     assert not (tmp_path / "studies" / "nosuch").exists()
     error = one_error_line(specsweep("report", "studies/here", cwd=tmp_path))
     assert "holds no study" in error and "run specsweep study" in error
+
+
+@pytest.fixture
+def web_server(tmp_path: Path):
+    """A plain web server (Python's http.server), not an LLM server, on a free loopback port."""
+    port = free_port()
+    argv = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path)]
+    server = ServerProcess(argv, log_path=tmp_path / "web.log")
+    server.start()
+    try:
+        server.wait_ready(f"http://127.0.0.1:{port}/", timeout_s=30)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop(grace_s=5)
+
+
+@pytest.mark.parametrize("command", ["measure", "watch"])
+def test_an_endpoint_without_its_scheme_says_how_to_write_it(command: str) -> None:
+    result = specsweep(command, "--endpoint", "127.0.0.1:8000")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "write http://127.0.0.1:8000" in result.stderr
+
+
+def test_a_web_server_that_is_not_an_llm_server_is_named_as_such(web_server: str) -> None:
+    for extra in ((), ("--model", "any")):
+        error = one_error_line(specsweep("measure", "--endpoint", web_server, "--requests", "2", *extra))
+        assert "is not vLLM, SGLang or llama-server" in error and "pass --model" not in error
+        assert "<html" not in error.lower()
+
+
+def test_a_server_whose_readiness_path_is_not_found_fails_fast_and_names_the_key(tmp_path: Path) -> None:
+    data = emulator_study("web", seed=2504, k=(1, 2))
+    data["study"]["max_consecutive_failures"] = 1
+    data["server"] = {
+        "engine": "vllm",
+        "start": [sys.executable, "-m", "http.server", "{port}", "--bind", "{host}", "--directory", str(tmp_path)],
+        "ready_timeout_s": 600,
+        "stop_grace_s": 2,
+    }
+    write_study(tmp_path / "web.toml", data)
+    started = time.monotonic()
+    result = specsweep("study", "--config", "web.toml", cwd=tmp_path)
+    assert time.monotonic() - started < 120  # not the 600 s ready timeout
+    assert result.returncode == 0, result.stderr
+    failed = [line for line in result.stdout.splitlines() if "failed:" in line]
+    assert len(failed) == 1 and "/health answered HTTP 404" in failed[0], result.stdout
+    assert "set server.ready_path" in failed[0] and "raise the ready timeout" not in failed[0]

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from specsweep.cli.options import check_levels, one_of
+from specsweep.cli.options import check_levels, check_url, one_of
 from specsweep.cli.printers import print_measurement, print_rig_recommendation
 from specsweep.config import parse_concurrency
 from specsweep.errors import ConfigError
@@ -31,7 +31,7 @@ from specsweep.workload import load_workload
 
 
 def measure(
-    endpoint: str = typer.Option(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
+    endpoint: str = typer.Option(..., callback=check_url, help="Base URL of the server, e.g. http://127.0.0.1:8000"),
     workload: str = typer.Option("prose", help="prose, technical, or a JSONL file of your own."),
     engine: str = typer.Option(None, help="vllm, sglang or llama.cpp (default: detected from /metrics)."),
     model: str = typer.Option(None, help="Model name to send (default: the first one /v1/models lists)."),
@@ -145,7 +145,8 @@ def measure(
         write_json_atomic(json_path, measurement_to_dict(result))
         out.print(f"wrote {json_path}")
     if result.error:
-        raise ConfigError(f"measurement stopped: {result.error} (levels measured before it are shown above)")
+        kept = " (levels measured before it are shown above)" if result.levels else ""
+        raise ConfigError(f"measurement stopped: {result.error}{kept}")
     if loaded_rig is not None and identity is not None:
         on_rig = recommend_for_measurement(loaded_rig, result, identity, drafter=drafter, seed=seed)
         print_rig_recommendation(out, loaded_rig, rig, on_rig, unchecked=unchecked)

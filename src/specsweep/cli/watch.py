@@ -15,7 +15,7 @@ from rich.live import Live
 
 from specsweep.analysis.series import intervals_from_snapshots
 from specsweep.analysis.watch import WatchSettings, analyse_windows
-from specsweep.cli.options import check_duration, one_of, seconds_of
+from specsweep.cli.options import check_duration, check_url, one_of, seconds_of
 from specsweep.cli.printers import print_watch, watch_view
 from specsweep.engines.registry import EngineInfo, max_num_seqs_flag
 from specsweep.errors import ConfigError
@@ -48,8 +48,12 @@ def _moment(text: str, flag: str) -> float:
 
 
 def watch(
-    endpoint: str = typer.Option(None, help="Base URL of the running server: read its /metrics live."),
-    prometheus: str = typer.Option(None, help="Base URL of a Prometheus server: read the same series over a range."),
+    endpoint: str = typer.Option(
+        None, callback=check_url, help="Base URL of the running server: read its /metrics live."
+    ),
+    prometheus: str = typer.Option(
+        None, callback=check_url, help="Base URL of a Prometheus server: read the same series over a range."
+    ),
     selector: str = typer.Option(
         None,
         help='With --prometheus: label matchers of the server\'s series, e.g. \'{job="vllm",instance="gpu1:8000"}\'.',

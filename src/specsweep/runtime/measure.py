@@ -129,11 +129,23 @@ async def discover_model(http: httpx.AsyncClient) -> str:
         key_sent = "Authorization" in http.headers
         raise RequestError(auth_refused_message(str(response.url), response.status_code, key_sent=key_sent))
     try:
-        return str(response.json()["data"][0]["id"])
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise RequestError(
-            f"{http.base_url}/v1/models answered HTTP {response.status_code} without a model; pass --model NAME."
-        ) from None
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.status_code != 200 or not isinstance(body, dict):
+        raise RequestError(not_an_llm_server(str(http.base_url), "/v1/models", response.status_code))
+    try:
+        return str(body["data"][0]["id"])
+    except (KeyError, IndexError, TypeError):
+        raise RequestError(f"{http.base_url}/v1/models lists no model; pass --model NAME.") from None
+
+
+def not_an_llm_server(base_url: str, path: str, status: int | str) -> str:
+    """What to do when ``path``, which every OpenAI-compatible server serves, is not served."""
+    return (
+        f"{base_url.rstrip('/')}{path} answered HTTP {status}, not an OpenAI-compatible answer: the server at "
+        "--endpoint is not vLLM, SGLang or llama-server (check the host and port)."
+    )
 
 
 async def _try_scrape(http: httpx.AsyncClient) -> tuple[MetricsSnapshot | None, str | None]:
@@ -233,7 +245,14 @@ async def _measure_level(
             max_tokens=min(WARMUP_MAX_TOKENS, settings.max_tokens), temperature=settings.temperature,
         )  # fmt: skip
         if warm.records and all(not r.ok for r in warm.records):
-            raise RequestError(f"every warm-up request failed: {warm.records[0].error}")
+            error = warm.records[0].error or ""
+            if error.startswith(("HTTP 404:", "HTTP 405:", "HTTP 501:")):
+                path = "/v1/chat/completions" if settings.api == "chat" else "/v1/completions"
+                raise RequestError(
+                    not_an_llm_server(settings.endpoint, path, error[5:8])
+                    + (" A server with /v1/completions only wants --api completions." if settings.api == "chat" else "")
+                )
+            raise RequestError(f"every warm-up request failed: {error}")
         warmup_s = warm.wall_s
     before, note = await _try_scrape(http)
     emit(LevelStarted(concurrency=concurrency, requests=settings.requests))
