@@ -4,16 +4,20 @@ works, or fails before it costs anything, in one line that says what to do."""
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
+import optuna
 import pytest
 
 from specsweep.runtime.launcher import ServerProcess, free_port
 
 from .builders import emulator_study, specsweep, write_study
+from .conftest import emulator_processes
 
 PROBABILISTIC_K2 = '{"method":"dspark","num_speculative_tokens":2,"draft_sample_method":"probabilistic"}'
 
@@ -158,3 +162,49 @@ def test_a_server_whose_readiness_path_is_not_found_fails_fast_and_names_the_key
     failed = [line for line in result.stdout.splitlines() if "failed:" in line]
     assert len(failed) == 1 and "/health answered HTTP 404" in failed[0], result.stdout
     assert "set server.ready_path" in failed[0] and "raise the ready timeout" not in failed[0]
+
+
+def test_ctrl_c_during_a_boot_fails_the_trial_and_says_how_to_resume(tmp_path: Path) -> None:
+    seed = 2505
+    # a 300 s modelled boot at time scale 100: 3 s of wall clock to press Ctrl-C in
+    write_study(tmp_path / "s.toml", emulator_study("boot", seed=seed, time_scale=100, startup_s=300))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specsweep", "study", "--config", "s.toml"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    log = tmp_path / "studies" / "boot" / "logs" / "trial-0000.log"
+    deadline = time.monotonic() + 60
+    while not ((log.is_file() and "specsweep emulate" in log.read_text()) or emulator_processes(f"--seed {seed}")):
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.05)
+    time.sleep(0.5)  # the server is booting
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert err.count("\n") == 1 and "stopped by the user" in err and "continue with --resume" in err, err
+    assert emulator_processes(f"--seed {seed}") == []
+    study = optuna.load_study(study_name="boot", storage=f"sqlite:///{tmp_path}/studies/boot/study.db")
+    assert study.trials[0].state == optuna.trial.TrialState.FAIL
+    assert study.trials[0].user_attrs["fail_reason"] == "interrupted by the user"
+    assert all(t.state != optuna.trial.TrialState.RUNNING for t in study.trials)
+
+
+@pytest.mark.parametrize("at", ["trial   0", "          next:"])
+def test_ctrl_c_between_trials_leaves_no_trial_running(tmp_path: Path, at: str) -> None:
+    """At a trial's line the search is deciding; at its next: line it is asking for the trial."""
+    write_study(tmp_path / "s.toml", emulator_study("between", seed=2506, k=(1, 3)))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specsweep", "study", "--config", "s.toml"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith(at):
+            break
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert err.count("\n") == 1 and "stopped by the user" in err and "continue with --resume" in err, err
+    study = optuna.load_study(study_name="between", storage=f"sqlite:///{tmp_path}/studies/between/study.db")
+    assert all(t.state != optuna.trial.TrialState.RUNNING for t in study.trials)
+    assert study.trials[0].state == optuna.trial.TrialState.COMPLETE

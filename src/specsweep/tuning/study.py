@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterator
@@ -66,18 +68,54 @@ class StudyOutcome:
     time: StudyTime | None = None  # where this run's time went
 
 
+INTERRUPTED = "interrupted by the user"
+
+
+@contextlib.contextmanager
+def _no_interrupt() -> Iterator[None]:
+    """A second Ctrl-C while an interrupted trial is being recorded waits until it is recorded."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @contextlib.contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops the study the way Ctrl-C does: server stopped, trial failed, data kept."""
+    """SIGTERM stops the study the way Ctrl-C does: server stopped, trial failed, data kept.
+
+    An interrupt that lands in a finalizer (a garbage-collected object's ``__del__``, a weakref
+    callback) is swallowed by Python as "Exception ignored in ..."; the hook notes it, and
+    ``_check_interrupt`` raises it again where the loop next looks."""
 
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
+    def unraisable(info: Any) -> None:
+        if isinstance(info.exc_value, KeyboardInterrupt):
+            _swallowed.set()
+        else:
+            hook(info)
+
+    _swallowed.clear()
     previous = signal.signal(signal.SIGTERM, handler)
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = hook
+
+
+_swallowed = threading.Event()
+
+
+def _check_interrupt() -> None:
+    """Raise an interrupt Python swallowed in a finalizer (see _sigterm_as_interrupt)."""
+    if _swallowed.is_set():
+        _swallowed.clear()
+        raise KeyboardInterrupt
 
 
 class StudyRunner:
@@ -127,6 +165,7 @@ class StudyRunner:
         self.settings = settings_of(config, self.space)
         self.ties: tuple[str, ...] = ()  # leaders the search could not separate (said at its stop)
         self._trial_wall_s = 0.0  # wall clock inside trials this run (the rest is idle)
+        self._asked: set[int] = set()  # trials this runner asked for: an interrupt fails those still running
         # While other workers measure the last configurations, look again this often.
         self.poll_s = min(5.0, config.heartbeat_s / 2)
 
@@ -150,8 +189,9 @@ class StudyRunner:
             self.emit(Note(text=thin))
         for note in reclaim_leases(self.paths.leases, grace_s=config.server.stop_grace_s):
             self.emit(Note(text=note))
-        with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat:
+        with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat, self._stopped_by_user(before):
             while True:
+                _check_interrupt()
                 if budget is not None and new_trials >= budget:
                     stop_reason = f"trial budget reached ({budget})"
                     break
@@ -233,7 +273,7 @@ class StudyRunner:
         if key in key_states(self.study, before).measured:
             return "skipped"
         self.study.enqueue_trial(params, user_attrs=records.decision_attrs("planned"))
-        with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat:
+        with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat, self._stopped_by_user(before):
             trial = self._ask()
             heartbeat.follow(trial._trial_id)
             return self._run_next(trial, before)
@@ -274,15 +314,31 @@ class StudyRunner:
         try:
             value = self.trials.run(self.study, trial, spec, targets)
         except KeyboardInterrupt:
-            self.trials.fail(self.study, trial, "interrupted by the user")
-            measured = len(key_states(self.study, before).measured)
+            with _no_interrupt():
+                self.trials.fail(self.study, trial, INTERRUPTED)
+            raise
+        finally:
+            self._trial_wall_s += time.monotonic() - trial_started
+        return "failed" if value is None else "measured"
+
+    @contextlib.contextmanager
+    def _stopped_by_user(self, before: frozenset[int]) -> Iterator[None]:
+        """Ctrl-C or SIGTERM anywhere in a run (a boot, a measurement, a decision between trials):
+        the trials this worker left RUNNING fail with the reason said, and StudyInterrupted names
+        what is kept and how to continue."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            with _no_interrupt():
+                for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+                    if trial.number in self._asked:
+                        records.record_failure_of(self.study, trial.number, INTERRUPTED)
+                        self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+                measured = len(key_states(self.study, before).measured)
             raise StudyInterrupted(
                 f"study stopped by the user; {measured} configuration(s) measured are kept in "
                 f"{redact_password(self.paths.storage)} (continue with --resume)."
             ) from None
-        finally:
-            self._trial_wall_s += time.monotonic() - trial_started
-        return "failed" if value is None else "measured"
 
     def _decide(self, *, exclude: Collection[str]) -> SearchDecision:
         """The model-guided search's next configuration (or why none), from every trial in storage."""
@@ -306,7 +362,9 @@ class StudyRunner:
         with warnings.catch_warnings():
             # optuna expects heartbeats with Study.optimize; this loop records them itself (Heartbeat).
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
-            return self.study.ask()
+            trial = self.study.ask()
+        self._asked.add(trial.number)
+        return trial
 
     def _reuse(self, trial: optuna.Trial, source_number: int) -> None:
         source = self.study.trials[source_number]
