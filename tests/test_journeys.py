@@ -3,8 +3,11 @@ works, or fails before it costs anything, in one line that says what to do."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -17,7 +20,7 @@ import pytest
 from specsweep.runtime.launcher import ServerProcess, free_port
 
 from .builders import emulator_study, specsweep, write_study
-from .conftest import emulator_processes
+from .conftest import emulator_processes, print_truth
 
 PROBABILISTIC_K2 = '{"method":"dspark","num_speculative_tokens":2,"draft_sample_method":"probabilistic"}'
 
@@ -208,3 +211,32 @@ def test_ctrl_c_between_trials_leaves_no_trial_running(tmp_path: Path, at: str) 
     study = optuna.load_study(study_name="between", storage=f"sqlite:///{tmp_path}/studies/between/study.db")
     assert all(t.state != optuna.trial.TrialState.RUNNING for t in study.trials)
     assert study.trials[0].state == optuna.trial.TrialState.COMPLETE
+
+
+def test_measure_on_the_emulator_prints_modelled_rates_as_the_study_does(start_emulator, tmp_path: Path) -> None:
+    server = start_emulator(speculative_config=PROBABILISTIC_K2, time_scale=100)
+    out = tmp_path / "m.json"
+    result = specsweep(
+        "measure", "--endpoint", server.url, "--workload", "technical", "--concurrency", "1", "--requests", "6",
+        "--max-tokens", "200", "--temperature", "0.6", "--json", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "the emulator's time scale 100 undone" in result.stdout and "wall clock" not in result.stdout
+    truth = print_truth(
+        "--speculative-config", PROBABILISTIC_K2, "--concurrency", "1", "--max-tokens", "200", "--temperature", "0.6"
+    )["technical"]["levels"][0]["output_tokens_per_s"]
+    printed = float(re.search(r"([\d.]+) tok/s aggregate output, modelled", result.stdout).group(1))
+    assert printed == pytest.approx(truth, rel=0.15)  # the modelled hardware's rate, not 100 times it
+    data = json.loads(out.read_text())
+    assert data["time_scale"] == 100 and data["levels"][0]["output_tokens_per_s"] == pytest.approx(truth, rel=0.15)
+
+
+def test_files_meant_for_sharing_are_readable_by_others(two_drafter_study: Path) -> None:
+    result = specsweep("report", str(two_drafter_study))
+    assert result.returncode == 0, result.stderr
+    written = [two_drafter_study / "rig.json", *(two_drafter_study / "report").rglob("*.*")]
+    assert {p.name for p in written} >= {"rig.json", "report.md", "report.html", "results.json"}
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for path in written:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path

@@ -9,7 +9,7 @@ it, with their ratio: the server's runs higher because it leaves out TTFT and sc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -190,4 +190,33 @@ def client_acceptance(records: Sequence[RequestRecord]) -> ClientAcceptance | No
         draft_acceptance_rate=(accepted_tokens or 0) / drafted_tokens if drafted_tokens else None,
         verify_steps=steps,
         mean_acceptance_length=sum(r.completion_tokens or 0 for r in verified) / steps if steps else None,
+    )
+
+
+def summary_in_modelled_time(summary: LevelSummary, time_scale: float) -> LevelSummary:
+    """A level measured on a server running ``time_scale`` times faster than the hardware it
+    models (the emulator), in the modelled hardware's units: rates divided, durations multiplied."""
+    if time_scale == 1.0:
+        return summary
+
+    def scaled(value: Spread | None, factor: float) -> Spread | None:
+        if value is None:
+            return None
+        return replace(
+            value, p50=value.p50 * factor, p95=value.p95 * factor, min=value.min * factor, max=value.max * factor,
+            mean=value.mean * factor,
+        )  # fmt: skip
+
+    def rate(value: float | None) -> float | None:
+        return None if value is None else value / time_scale
+
+    return replace(
+        summary,
+        wall_s=summary.wall_s * time_scale,
+        output_tokens_per_s=rate(summary.output_tokens_per_s),
+        saturated_output_tokens_per_s=rate(summary.saturated_output_tokens_per_s),
+        decode_tokens_per_s_per_stream=scaled(summary.decode_tokens_per_s_per_stream, 1.0 / time_scale),
+        ttft_s=scaled(summary.ttft_s, time_scale),
+        prefill_tokens_per_s=scaled(summary.prefill_tokens_per_s, 1.0 / time_scale),
+        server_generation_tokens_per_s=rate(summary.server_generation_tokens_per_s),
     )

@@ -21,6 +21,7 @@ from specsweep.runtime.measure import (
     MeasureSettings,
     RequestDone,
     WarmingUp,
+    in_modelled_time,
     run_measure,
     thin_levels,
 )
@@ -79,10 +80,10 @@ def measure(
     expected gain over the running configuration (docs/rigs.md).
     """
     loaded_rig = load_rig(rig) if rig is not None else None
-    identity = None
+    # What the server says it is; the emulator also says its time scale, undone in what is printed.
+    identity = read_server_identity(endpoint, engine)
     unchecked: tuple[str, ...] = ()
     if loaded_rig is not None:
-        identity = read_server_identity(endpoint, engine)
         args = shlex.split(server_args) if server_args else None
         unchecked = check_server_against_rig(loaded_rig, identity, server_args=args)
         # Which of the rig's drafters the server runs is settled before any request is sent.
@@ -140,13 +141,14 @@ def measure(
 
         result = run_measure(settings, loaded, on_event=on_event)
     out = Console(soft_wrap=True)
-    print_measurement(out, result)
+    shown = in_modelled_time(result, identity.time_scale)
+    print_measurement(out, shown)
     if json_path is not None:
-        write_json_atomic(json_path, measurement_to_dict(result))
+        write_json_atomic(json_path, measurement_to_dict(shown))
         out.print(f"wrote {json_path}")
     if result.error:
         kept = " (levels measured before it are shown above)" if result.levels else ""
         raise ConfigError(f"measurement stopped: {result.error}{kept}")
-    if loaded_rig is not None and identity is not None:
+    if loaded_rig is not None:
         on_rig = recommend_for_measurement(loaded_rig, result, identity, drafter=drafter, seed=seed)
         print_rig_recommendation(out, loaded_rig, rig, on_rig, unchecked=unchecked)

@@ -192,11 +192,17 @@ def print_measurement(out: Console, result: Measurement) -> None:
         f"{s.requests} requests x {s.max_tokens} tokens per level, temperature {s.temperature:g}, "
         "token counts from usage"
     )
+    if result.time_scale != 1.0:
+        out.print(
+            f"rates and times in the modelled hardware's units (the emulator's time scale {result.time_scale:g} "
+            "undone), as a study and watch give them"
+        )
+    clock = "wall clock" if result.time_scale == 1.0 else "modelled"
     for level in result.levels:
-        _print_level(out, level)
+        _print_level(out, level, clock=clock)
 
 
-def _print_level(out: Console, level: LevelResult) -> None:
+def _print_level(out: Console, level: LevelResult, *, clock: str = "wall clock") -> None:
     m = level.summary
     label = "single stream" if m.concurrency == 1 else f"{m.concurrency} concurrent"
     out.print(f"\n[bold]{label}[/bold]  ({m.requests} requests, {m.errors} failed, {m.wall_s:.1f} s)")
@@ -205,7 +211,7 @@ def _print_level(out: Console, level: LevelResult) -> None:
         busy = ""
         if m.saturated_output_tokens_per_s is not None and m.concurrency > 1:
             busy = f" ({m.saturated_output_tokens_per_s:.1f} while all {m.concurrency} streams were busy)"
-        out.print(f"  {m.output_tokens_per_s:8.1f} tok/s aggregate output, wall clock{busy}")
+        out.print(f"  {m.output_tokens_per_s:8.1f} tok/s aggregate output, {clock}{busy}")
     if decode is not None:
         out.print(
             f"  {decode.p50:8.1f} tok/s decode per stream (p50; {_range(decode.min, decode.max)} across requests)"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 import httpx
 
 from specsweep.analysis.counters import CounterDelta, counter_delta
-from specsweep.analysis.levels import LevelSummary, summarize_level
+from specsweep.analysis.levels import LevelSummary, summarize_level, summary_in_modelled_time
 from specsweep.analysis.stopping import LevelTarget, stop_reason
 from specsweep.engines import sglang
 from specsweep.engines.registry import EngineInfo, engine_from_metric_names, engine_info
@@ -101,6 +101,23 @@ class Measurement:
     settings: MeasureSettings
     levels: tuple[LevelResult, ...]
     error: str | None = None  # why the measurement stopped early, if it did
+    # The emulator's time scale undone in the level summaries (in_modelled_time); request records
+    # stay in wall-clock seconds.
+    time_scale: float = 1.0
+
+
+def in_modelled_time(measurement: Measurement, time_scale: float) -> Measurement:
+    """A measurement of the emulator (running ``time_scale`` times faster than the hardware it
+    models) with its level summaries in the modelled hardware's units, as a study records them."""
+    if time_scale == 1.0 or measurement.time_scale != 1.0:
+        return measurement
+    levels = tuple(
+        replace(
+            level, summary=summary_in_modelled_time(level.summary, time_scale), warmup_s=level.warmup_s * time_scale
+        )
+        for level in measurement.levels
+    )
+    return replace(measurement, levels=levels, time_scale=time_scale)
 
 
 def thin_levels(concurrency: tuple[int, ...], requests: int) -> str | None:
