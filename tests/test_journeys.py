@@ -17,6 +17,7 @@ import httpx
 import optuna
 import pytest
 
+from specsweep.report.figures import TrialPoint, history_figure_data
 from specsweep.runtime.launcher import ServerProcess, free_port
 
 from .builders import emulator_study, specsweep, write_study
@@ -240,3 +241,18 @@ def test_files_meant_for_sharing_are_readable_by_others(two_drafter_study: Path)
     os.umask(umask)
     for path in written:
         assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, path
+
+
+def test_the_report_says_each_thing_once(two_drafter_study: Path) -> None:
+    out = two_drafter_study.parent.parent / "once"
+    result = specsweep("report", str(two_drafter_study), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    text = (out / "report.md").read_text()
+    assert "speculation off: speculation off" not in text
+    assert "concurrency 1, speculation off: measured; no draft length to fit" in text
+    # a beta-geometric fit at its geometric limit is shown by its mean, not by alpha=4229515.9
+    assert not re.search(r"alpha=\d{5,}", text) and "alpha and beta unbounded (its geometric limit)" in text, text
+    figure = history_figure_data(
+        [TrialPoint(number=0, state="COMPLETE", value=1.0, label="speculation off")], "tok/s at concurrency 1"
+    )
+    assert [p.title for p in figure.panels] != [figure.title] and figure.panels[0].title == ""

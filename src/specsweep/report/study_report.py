@@ -204,6 +204,20 @@ def _summary(
     )
 
 
+# alpha + beta past which a beta-geometric fit is its geometric limit: p_i moves by under 0.1%
+# of itself over ten positions.
+GEOMETRIC_LIMIT_SIZE = 1e4
+
+
+def _parameters(name: str, names: tuple[str, ...], values: tuple[float, ...]) -> str:
+    """A decay model's parameters as the report shows them; a beta-geometric fit at its geometric
+    limit (alpha and beta unbounded together) by its mean, the one number it then has."""
+    if name == "beta_geometric" and sum(values) > GEOMETRIC_LIMIT_SIZE:
+        alpha, beta = values
+        return f"mean {alpha / (alpha + beta):.3f}; alpha and beta unbounded (its geometric limit)"
+    return ", ".join(f"{n}={v:.3f}" for n, v in zip(names, values, strict=True))
+
+
 def _fit_blocks(analysis: StudyAnalysis, workload: str) -> list[doc.Block]:
     blocks: list[doc.Block] = []
     for entry in (a for a in analysis.acceptance if a.workload == workload):
@@ -223,8 +237,8 @@ def _fit_blocks(analysis: StudyAnalysis, workload: str) -> list[doc.Block]:
         blocks.append(doc.Table(header=("position", "S_i measured [Wilson 95%]", "p_i measured", f"S_i {fit.chosen}"),
                                 rows=tuple(rows)))  # fmt: skip
         models = tuple(
-            (m.name, ", ".join(f"{n}={v:.3f}" for n, v in zip(m.param_names, m.params, strict=True)),
-             "-" if m.aic is None else f"{m.aic:.1f}", f"{m.delta_aic:.1f}")
+            (m.name, _parameters(m.name, m.param_names, m.params), "-" if m.aic is None else f"{m.aic:.1f}",
+             f"{m.delta_aic:.1f}")
             for m in fit.models
         )  # fmt: skip
         blocks.append(doc.Table(header=("model", "parameters", "AIC", "delta AIC"), rows=models))
