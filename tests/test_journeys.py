@@ -256,3 +256,30 @@ def test_the_report_says_each_thing_once(two_drafter_study: Path) -> None:
         [TrialPoint(number=0, state="COMPLETE", value=1.0, label="speculation off")], "tok/s at concurrency 1"
     )
     assert [p.title for p in figure.panels] != [figure.title] and figure.panels[0].title == ""
+
+
+def test_options_mean_one_thing_across_commands(two_drafter_study: Path, start_emulator, tmp_path: Path) -> None:
+    """--out DIR is where files go, --json prints JSON on stdout, durations read 30s/10m or seconds;
+    the old spellings (measure --json FILE, watch --report, rig -o, --format) still work."""
+    server = start_emulator(speculative_config=PROBABILISTIC_K2, time_scale=200)
+    measure = ("measure", "--endpoint", server.url, "--concurrency", "1", "--requests", "2", "--max-tokens", "40")
+    written = specsweep(*measure, "--out", str(tmp_path / "m"), "--timeout", "10m")
+    assert written.returncode == 0, written.stderr
+    assert json.loads((tmp_path / "m" / "measurement.json").read_text())["levels"][0]["requests"] == 2
+    printed = specsweep(*measure, "--json", "--timeout", "600")
+    assert printed.returncode == 0, printed.stderr
+    assert json.loads(printed.stdout)["levels"][0]["requests"] == 2 and "single stream" in printed.stderr
+    old = specsweep(*measure, "--json", str(tmp_path / "old.json"))
+    assert old.returncode == 0 and json.loads((tmp_path / "old.json").read_text())["levels"][0]["requests"] == 2
+    rig = str(two_drafter_study / "rig.json")
+    watch = ("watch", "--endpoint", server.url, "--rig", rig, "--drafter", "probabilistic", "--interval", "0.2")
+    for flag, folder in (("--out", "w-new"), ("--report", "w-old")):
+        result = specsweep(*watch, "--duration", "1s", flag, str(tmp_path / folder), "--snippet-format", "json")
+        assert result.returncode == 0, result.stderr
+        assert (tmp_path / folder / "results.json").is_file()
+    for args, path in ((("--out", str(tmp_path / "r")), tmp_path / "r" / "rig.json"),
+                       (("-o", str(tmp_path / "old-rig.json")), tmp_path / "old-rig.json")):  # fmt: skip
+        assert specsweep("rig", str(two_drafter_study), *args).returncode == 0 and path.is_file()
+    for flag in ("--snippet-format", "--format"):
+        result = specsweep("report", str(two_drafter_study), "--out", str(tmp_path / flag), flag, "sglang")
+        assert result.returncode == 0 and "--speculative-algorithm" in (tmp_path / flag / "report.md").read_text()

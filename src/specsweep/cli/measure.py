@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+import sys
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from specsweep.cli.options import check_levels, check_url, one_of
+from specsweep.cli.options import check_duration, check_levels, check_url, one_of, seconds_of
 from specsweep.cli.printers import print_measurement, print_rig_recommendation
 from specsweep.config import parse_concurrency
 from specsweep.errors import ConfigError
@@ -29,6 +31,8 @@ from specsweep.runtime.store import measurement_to_dict, write_json_atomic
 from specsweep.tuning.rig import recommend_for_measurement, rig_drafter
 from specsweep.tuning.rig_file import check_server_against_rig, load_rig
 from specsweep.workload import load_workload
+
+MEASUREMENT_FILE = "measurement.json"  # what --out DIR holds
 
 
 def measure(
@@ -53,8 +57,16 @@ def measure(
     ),
     api_key_env: str = typer.Option(None, help="Environment variable holding the bearer token."),
     seed: int = typer.Option(0, help="Seed of the prompt order."),
-    timeout: float = typer.Option(600.0, min=1.0, help="Seconds one request may take."),
-    json_path: Path = typer.Option(None, "--json", help="Also write every figure and request to this JSON file."),
+    timeout: str = typer.Option(
+        "600s", callback=check_duration, help="How long one request may take: 600s, 10m, or seconds."
+    ),
+    out_dir: Path = typer.Option(
+        None, "--out", help=f"Also write every figure and request to {MEASUREMENT_FILE} in this folder."
+    ),
+    json_output: bool = typer.Option(
+        False, "--json", help="Print the measurement as JSON on stdout (the text goes to stderr)."
+    ),
+    json_path: Path = typer.Option(None, "--json-file", hidden=True, help="Old spelling: write the JSON to this file."),
     rig: Path = typer.Option(
         None, help="A rig file (studies/NAME/rig.json): also recommend k for this workload, with no restart."
     ),
@@ -103,13 +115,13 @@ def measure(
         rate_per_s=rate,
         api_key=api_key_from_env(api_key_env),
         seed=seed,
-        timeout_s=timeout,
+        timeout_s=seconds_of(timeout, flag="--timeout"),
     )
     loaded = load_workload(workload)
     console = Console(stderr=True)
     thin = None if rate else thin_levels(settings.concurrency, settings.requests)
     if thin:  # with the report on stdout: stderr keeps one line for an error
-        Console(soft_wrap=True).print(f"[yellow]note:[/yellow] {thin}")
+        Console(soft_wrap=True, stderr=json_output).print(f"[yellow]note:[/yellow] {thin}")
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -140,12 +152,16 @@ def measure(
                 progress.update(tasks[level], advance=1, rate=live)
 
         result = run_measure(settings, loaded, on_event=on_event)
-    out = Console(soft_wrap=True)
+    out = Console(soft_wrap=True, stderr=json_output)
     shown = in_modelled_time(result, identity.time_scale)
     print_measurement(out, shown)
-    if json_path is not None:
-        write_json_atomic(json_path, measurement_to_dict(shown))
-        out.print(f"wrote {json_path}")
+    record = measurement_to_dict(shown)
+    if json_output:
+        sys.stdout.write(json.dumps(record, indent=2) + "\n")
+    for path in (out_dir / MEASUREMENT_FILE if out_dir is not None else None, json_path):
+        if path is not None:
+            write_json_atomic(path, record)
+            out.print(f"wrote {path}")
     if result.error:
         kept = " (levels measured before it are shown above)" if result.levels else ""
         raise ConfigError(f"measurement stopped: {result.error}{kept}")

@@ -13,7 +13,11 @@ from specsweep.tuning.stored import analyze_stored_study, load_stored_study
 
 
 def recommend(
-    folder: Path = typer.Argument(None, help="Study folder, e.g. studies/emulator-technical."),
+    folder: Path = typer.Argument(
+        None,
+        metavar="FOLDER",
+        help="Study folder, e.g. studies/emulator-technical (required unless --storage and --study-name).",
+    ),
     fmt: str = typer.Option(
         None,
         "--format",

@@ -31,10 +31,18 @@ def trial_history(study: optuna.Study) -> list[TrialPoint]:
 
 
 def report(
-    folder: Path = typer.Argument(None, help="Study folder, e.g. studies/emulator-technical."),
-    out: Path = typer.Option(None, help="Where to write the report (default: FOLDER/report)."),
+    folder: Path = typer.Argument(
+        None,
+        metavar="FOLDER",
+        help="Study folder, e.g. studies/emulator-technical (required unless --storage and --study-name).",
+    ),
+    out: Path = typer.Option(None, help="Folder to write the report in (default: FOLDER/report)."),
     fmt: str = typer.Option(
-        None, "--format", callback=one_of(FORMATS), help="Snippet format in the report (default: the engine's)."
+        None,
+        "--snippet-format",
+        "--format",
+        callback=one_of(FORMATS),
+        help="Format of the snippet in the report (default: the engine's).",
     ),
     storage: str = typer.Option(None, help="Optuna storage URL instead of the folder's study.db."),
     study_name: str = typer.Option(None, help="Study name in --storage (default: the folder's name)."),

@@ -88,8 +88,16 @@ def watch(
     json_lines: bool = typer.Option(
         False, "--json", help="One JSON line per interval (live) or per window (Prometheus)."
     ),
-    report: Path = typer.Option(None, help="Also write report.md, report.html, results.json and figures here."),
-    fmt: str = typer.Option(None, "--format", callback=one_of(FORMATS), help="Snippet format (default: the engine's)."),
+    report: Path = typer.Option(
+        None, "--out", "--report", help="Also write report.md, report.html, results.json and figures in this folder."
+    ),
+    fmt: str = typer.Option(
+        None,
+        "--snippet-format",
+        "--format",
+        callback=one_of(FORMATS),
+        help="Format of the snippet to paste (default: the engine's).",
+    ),
     api_key_env: str = typer.Option(None, help="Live: environment variable holding the bearer token for /metrics."),
     seed: int = typer.Option(0, help="Seed of the predictions' draws."),
 ) -> None:
