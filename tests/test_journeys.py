@@ -283,3 +283,28 @@ def test_options_mean_one_thing_across_commands(two_drafter_study: Path, start_e
     for flag in ("--snippet-format", "--format"):
         result = specsweep("report", str(two_drafter_study), "--out", str(tmp_path / flag), flag, "sglang")
         assert result.returncode == 0 and "--speculative-algorithm" in (tmp_path / flag / "report.md").read_text()
+
+
+def glossary_terms() -> set[str]:
+    text = (Path(__file__).parent.parent / "docs" / "glossary.md").read_text()
+    return {term.lower() for term in re.findall(r"\*\*([^*]+)\*\*", text)}
+
+
+def test_the_console_speaks_the_glossarys_words(tmp_path: Path) -> None:
+    baseline = {"method": "dspark", "num_speculative_tokens": 3, "draft_sample_method": "probabilistic"}
+    data = emulator_study(
+        "words", seed=2507, k=(1, 3), requests=3, temperature=0.6,
+        search={"draft_sample_method": ["greedy", "probabilistic"], "baseline": baseline},
+    )  # fmt: skip
+    write_study(tmp_path / "s.toml", data)
+    result = specsweep("study", "--config", "s.toml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    terms = glossary_terms()
+    phases = re.findall(r"^\s+next: ([a-z -]+):", result.stdout, re.MULTILINE)
+    assert phases and set(phases) <= terms, (phases, result.stdout)
+    for word in ("cell", "degrees of freedom", "rig", "baseline", "tied", "speculation off", "drafter"):
+        assert word in terms
+    assert "vs baseline" not in result.stdout and "vs k=3 probabilistic (baseline)" in result.stdout
+    report = specsweep("report", "studies/words", cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert "| vs k=3 probabilistic (baseline) |" in (tmp_path / "studies/words/report/report.md").read_text()

@@ -19,7 +19,7 @@ from specsweep.analysis.rig import Rig
 from specsweep.analysis.study import StudyAnalysis
 from specsweep.analysis.watch import WatchReport
 from specsweep.report.snippets import render_snippet
-from specsweep.report.study_report import recommendation_summary, snippet_heading
+from specsweep.report.study_report import baseline_name, recommendation_summary, snippet_heading
 from specsweep.report.watch_report import summary_lines, window_lines
 from specsweep.runtime.measure import LevelResult, LevelStarted, Measurement, RequestDone, WarmingUp
 from specsweep.tuning.events import (
@@ -313,8 +313,9 @@ def print_best_measured(out: Console, configs: Sequence[MeasuredConfig], setting
             gains = []
             if pick.off_rate and pick.best.spec is not None:
                 gains.append(f"{100 * (pick.rate / pick.off_rate - 1):+.1f}% vs speculation off")
-            if pick.baseline_rate:
-                gains.append(f"{100 * (pick.rate / pick.baseline_rate - 1):+.1f}% vs baseline")
+            if pick.baseline_rate and settings.baseline is not None:
+                over = baseline_name(candidate_of(settings.baseline, level))
+                gains.append(f"{100 * (pick.rate / pick.baseline_rate - 1):+.1f}% vs {over}")
             gap = f"; runner-up {100 * pick.runner_up_gap:.1f}% slower" if pick.runner_up_gap is not None else ""
             out.print(
                 f"  {name} at concurrency {level}: {candidate_of(pick.best.spec).short_label}  {pick.rate:.1f} tok/s  "

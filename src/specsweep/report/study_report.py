@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specsweep.analysis.drafters import drafter_label
+from specsweep.analysis.drafters import Candidate, drafter_label
 from specsweep.analysis.recommendation import Gain, Recommendation
 from specsweep.analysis.snippet_plan import SnippetPlan
 from specsweep.analysis.study import StudyAnalysis
@@ -86,6 +86,20 @@ RECOMMENDATION_HEADER = (
 )  # fmt: skip
 
 
+def recommendation_header(analysis: StudyAnalysis) -> tuple[str, ...]:
+    """The recommendation table's header, its baseline column named by the configuration it is."""
+    over = next((r.gain_over_baseline.over for r in analysis.recommendations if r.gain_over_baseline), None)
+    if over is None:
+        return RECOMMENDATION_HEADER
+    return tuple(f"vs {baseline_name(over)}" if h == "vs baseline" else h for h in RECOMMENDATION_HEADER)
+
+
+def baseline_name(over: Candidate) -> str:
+    """The baseline as the output names it: the configuration it is, and that it is the baseline
+    (search.baseline: what the server ran before the study)."""
+    return f"{over.short_label} (baseline)"
+
+
 def snippet_heading(plan: SnippetPlan) -> str:
     """What the paste runs at each measured level, and how far its table reaches."""
     runs = ", ".join(f"{b}: {c.short_label}" for b, c in sorted(plan.choice_by_concurrency.items()))
@@ -117,7 +131,7 @@ def write_report(
     blocks: list[doc.Block] = [doc.Heading(text=f"specsweep report: {name}", level=1)]
     blocks.append(doc.Paragraph(text=_summary(analysis, configs, settings, history)))
     blocks.append(doc.Heading(text="Recommendation"))
-    blocks.append(doc.Table(header=RECOMMENDATION_HEADER, rows=tuple(recommendation_rows(analysis))))
+    blocks.append(doc.Table(header=recommendation_header(analysis), rows=tuple(recommendation_rows(analysis))))
     for workload in analysis.workloads:
         plan = analysis.snippet(workload)
         if plan is None:
@@ -277,7 +291,7 @@ def recommendation_summary(rec: Recommendation) -> str:
     if rec.gain_over_off is not None and (rec.gain_over_off.predicted is not None or rec.gain_over_off.measured):
         gains.append(f"{gain_text(rec.gain_over_off)} vs speculation off")
     if rec.gain_over_baseline is not None:
-        gains.append(f"{gain_text(rec.gain_over_baseline)} vs baseline")
+        gains.append(f"{gain_text(rec.gain_over_baseline)} vs {baseline_name(rec.gain_over_baseline.over)}")
     return (
         f"{rec.workload} at concurrency {rec.concurrency}: {rec.choice.label}, {rec.tokens_per_s:.1f} tok/s "
         f"[{rec.tokens_per_s_low:.1f}, {rec.tokens_per_s_high:.1f}] predicted{measured}"
