@@ -308,3 +308,33 @@ def test_the_console_speaks_the_glossarys_words(tmp_path: Path) -> None:
     report = specsweep("report", "studies/words", cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert "| vs k=3 probabilistic (baseline) |" in (tmp_path / "studies/words/report/report.md").read_text()
+
+
+def test_dry_run_prints_the_plan_and_every_command_and_starts_nothing(tmp_path: Path) -> None:
+    seed = 2508
+    baseline = {"method": "dspark", "num_speculative_tokens": 3, "draft_sample_method": "probabilistic"}
+    data = emulator_study(
+        "dry", seed=seed, k=(1, 3), concurrency=(1, 4), temperature=0.6,
+        search={"draft_sample_method": ["greedy", "probabilistic"], "baseline": baseline},
+    )  # fmt: skip
+    write_study(tmp_path / "s.toml", data)
+    result = specsweep("study", "--config", "s.toml", "--dry-run", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "studies").exists() and emulator_processes(f"--seed {seed}") == []
+    assert "7 distinct configurations" in result.stdout and "concurrency 1, 4" in result.stdout
+    commands = [line.strip() for line in result.stdout.splitlines() if " -m specsweep emulate " in line]
+    assert len(commands) == 7
+    for k in (1, 2, 3):
+        for sampling in ("greedy", "probabilistic"):
+            fields = {"method": "dspark", "num_speculative_tokens": k}
+            if sampling == "probabilistic":
+                fields["draft_sample_method"] = "probabilistic"
+            spec = json.dumps(fields, separators=(",", ":"))
+            assert sum(f"--speculative-config '{spec}'" in c for c in commands) == 1, (spec, commands)
+    assert sum("--speculative-config" not in c for c in commands) == 1  # speculation off
+    assert "measured first: speculation off, k=3 dspark (probabilistic) (baseline)" in result.stdout
+    # a start command without {spec_args} would measure one server seven times: said before anything runs
+    data["server"] = {"engine": "vllm", "start": [sys.executable, "-m", "http.server", "{port}"]}
+    write_study(tmp_path / "same.toml", data)
+    same = specsweep("study", "--config", "same.toml", "--dry-run", cwd=tmp_path)
+    assert same.returncode == 0 and "every configuration runs the same command" in same.stdout

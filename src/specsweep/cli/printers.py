@@ -34,6 +34,7 @@ from specsweep.tuning.events import (
     TrialStarting,
     Waiting,
 )
+from specsweep.tuning.plan import StudyPlan
 from specsweep.tuning.rig import WorkloadOnRig
 from specsweep.tuning.rig_study import RigStudyOutcome
 from specsweep.tuning.stored import pick_best
@@ -396,3 +397,30 @@ def _scale(report: WatchReport) -> str:
     if report.time_scale == 1.0:
         return ""
     return f"; rates in the modelled hardware's units (the emulator's time scale {report.time_scale:g} undone)"
+
+
+def print_plan(out: Console, plan: StudyPlan) -> None:
+    """``study --dry-run``: the space, the levels and workloads, and every server command."""
+    out.print(f"[bold]dry run[/bold] of study {plan.name}: nothing is started, nothing is written")
+    first = [c.label for c in plan.configurations if c.first]
+    out.print(
+        f"space: {len(plan.configurations)} distinct configurations on {plan.engine} ({plan.mode} mode), "
+        f"sampler {plan.sampler}; measured first: {', '.join(first) or 'none'}"
+    )
+    if plan.collapsed:
+        out.print(f"  note: {plan.collapsed}")
+    for w in plan.workloads:
+        kinds = ", ".join(f"{tag or '-'} {count}" for tag, count in sorted(w.subcategories.items()))
+        out.print(f"workload {w.name}: weight {w.weight:g}, {w.prompts} prompts ({kinds})")
+    out.print(
+        f"levels: concurrency {', '.join(map(str, plan.concurrency))}; requests {plan.requests}; "
+        f"max_tokens {plan.max_tokens}, temperature {plan.temperature:g}"
+    )
+    out.print(f"objective: {plan.objective}; {plan.budget}")
+    out.print("server command per configuration" + (" (PORT: a free port picked at each start)" if any(
+        " PORT" in c.command for c in plan.configurations) else "") + ":")  # fmt: skip
+    for c in plan.configurations:
+        out.print(f"  {c.label}:", highlight=False)
+        out.print(f"    {c.command}", highlight=False, markup=False)
+    for warning in plan.warnings:
+        out.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)

@@ -14,6 +14,7 @@ from specsweep.cli.printers import (
     print_analysis,
     print_best_measured,
     print_boot,
+    print_plan,
     print_rig_study,
     print_study_time,
 )
@@ -29,6 +30,7 @@ from specsweep.config import (
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.errors import ConfigError, FitError
 from specsweep.report.snippets import render_snippet, snippet_format_for
+from specsweep.tuning.plan import plan_study
 from specsweep.tuning.records import measured_configs
 from specsweep.tuning.rig import build_rig
 from specsweep.tuning.rig_file import RIG_FILE, load_rig, write_rig
@@ -103,6 +105,9 @@ def study(
     requests: int = typer.Option(
         None, min=1, help="Measure every level with exactly this many requests (default: adaptive, docs/search.md)."
     ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan and every configuration's server command; start nothing."
+    ),
 ) -> None:
     """Tune draft length and draft sampling: restart the server for each config, measure, recommend.
 
@@ -123,6 +128,9 @@ def study(
     if requests is not None:
         chosen = replace(chosen, measure=replace(chosen.measure, requests=requests))
     out = Console(soft_wrap=True)
+    if dry_run:
+        print_plan(out, plan_study(chosen))
+        return
     paths = study_paths(chosen, studies_dir, storage)
     shared = is_shared(paths.storage)
     if config is None and not resume and not shared and study_exists(chosen.name, paths.storage):
