@@ -3,6 +3,7 @@ works, or fails before it costs anything, in one line that says what to do."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -338,3 +339,88 @@ def test_dry_run_prints_the_plan_and_every_command_and_starts_nothing(tmp_path: 
     write_study(tmp_path / "same.toml", data)
     same = specsweep("study", "--config", "same.toml", "--dry-run", cwd=tmp_path)
     assert same.returncode == 0 and "every configuration runs the same command" in same.stdout
+
+
+def test_measure_reports_tpot_and_itl_as_the_emulator_steps(start_emulator) -> None:
+    # a slow time scale: at a fast one the client's scheduling jitter, scaled up, moves the gaps
+    server = start_emulator(speculative_config=PROBABILISTIC_K2, time_scale=5)
+    result = specsweep(
+        "measure", "--endpoint", server.url, "--workload", "technical", "--requests", "8", "--max-tokens", "150",
+        "--temperature", "0.6", "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "TPOT p50" in result.stderr and "ITL p50" in result.stderr  # the text, beside the JSON on stdout
+    truth = print_truth(
+        "--speculative-config", PROBABILISTIC_K2, "--concurrency", "1,4", "--max-tokens", "150", "--temperature", "0.6"
+    )["technical"]["levels"]
+    for level, true in zip(json.loads(result.stdout)["levels"], truth, strict=True):
+        # one streamed chunk per verification step: the gap between chunks is the step time
+        assert level["itl"]["p50_s"] == pytest.approx(true["step_time_s"], rel=0.12), (level["itl"], true)
+        # the truth's decode rate is every stream's together
+        assert level["tpot"]["p50_s"] == pytest.approx(true["batch_size"] / true["decode_tokens_per_s"], rel=0.12)
+        assert level["itl"]["p99_s"] >= level["itl"]["p50_s"]
+
+
+@pytest.fixture(scope="module")
+def latency_study(tmp_path_factory) -> Path:
+    """A grid study of dspark drafting probabilistically, k = 1..3 and off, at 1 and 4 streams."""
+    folder = tmp_path_factory.mktemp("latency")
+    data = emulator_study(
+        "itl", seed=2509, time_scale=5, k=(1, 3), workloads={"technical": 1.0}, concurrency=(1, 4), requests=4,
+        max_tokens=150, temperature=0.6, study={"sampler": "grid"}, search={"draft_sample_method": "probabilistic"},
+    )  # fmt: skip
+    write_study(folder / "itl.toml", data)
+    result = specsweep("study", "--config", "itl.toml", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+def rows_of(csv_path: Path) -> list[dict[str, str]]:
+    with csv_path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def recommended_k(stdout: str) -> dict[int, str]:
+    return dict(re.findall(r"technical at concurrency (\d+): (k=\d+ \S+ \(\w+\)|speculation off),", stdout))
+
+
+def test_the_report_keeps_latency_per_configuration_and_level_in_csv_and_json(latency_study: Path) -> None:
+    result = specsweep("report", "studies/itl", cwd=latency_study)
+    assert result.returncode == 0, result.stderr
+    folder = latency_study / "studies/itl/report"
+    rows = rows_of(folder / "results.csv")
+    # one row per trial, workload and level: 4 configurations x 2 levels
+    assert [(r["trial"], r["workload"], r["concurrency"]) for r in rows] == [
+        (str(t), "technical", str(b)) for t in range(4) for b in (1, 4)
+    ]
+    assert all(float(r["itl_p99_s"]) >= float(r["itl_p50_s"]) > 0 and float(r["tpot_p50_s"]) > 0 for r in rows)
+    measured = json.loads((folder / "results.json").read_text())["measured"]
+    assert all(level["itl_p99_s"] for m in measured for level in m["results"]["technical"].values())
+    assert "## Latency: time per output token and inter-token latency" in (folder / "report.md").read_text()
+
+
+def test_a_latency_target_keeps_the_recommendation_within_it(latency_study: Path) -> None:
+    free = specsweep("report", "studies/itl", cwd=latency_study)
+    assert free.returncode == 0, free.stderr
+    rows = rows_of(latency_study / "studies/itl/report/results.csv")
+    p99 = {(r["configuration"], int(r["concurrency"])): float(r["itl_p99_s"]) for r in rows}
+    chosen = recommended_k(free.stdout)
+    # a target between speculation off's ITL p99 at 4 streams and the unconstrained pick's, which drafts
+    # (a slow time scale, so the client's jitter does not swamp the steps: off's steps are the shortest)
+    assert chosen["4"] != "speculation off" and p99[("speculation off", 4)] < p99[(chosen["4"], 4)], p99
+    limit_ms = 500 * (p99[("speculation off", 4)] + p99[(chosen["4"], 4)])
+    bound = specsweep("report", "studies/itl", "--max-itl-p99", f"{limit_ms:.3f}", "--out", "bound", cwd=latency_study)
+    assert bound.returncode == 0, bound.stderr
+    picks = recommended_k(bound.stdout)
+    assert picks["4"] != chosen["4"] and "Latency target: ITL p99 <= " in bound.stdout
+    for level, pick in picks.items():
+        assert p99[(pick, int(level))] <= limit_ms / 1000 or "the target is not met here" in bound.stdout
+    # the same target given to the study is kept with it, and its end and recommend respect it
+    again = specsweep(
+        "study", "--config", "itl.toml", "--resume", "--max-itl-p99", f"{limit_ms:.3f}", cwd=latency_study
+    )
+    assert again.returncode == 0, again.stderr
+    assert recommended_k(again.stdout) == picks
+    paste = specsweep("recommend", "studies/itl", cwd=latency_study)
+    limited = specsweep("recommend", "studies/itl", "--max-itl-p99", "100000", cwd=latency_study)
+    assert paste.returncode == limited.returncode == 0 and paste.stdout != limited.stdout

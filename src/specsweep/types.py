@@ -198,6 +198,11 @@ class LevelFigures:
     num_drafts: float | None = None
     mean_acceptance_length: float | None = None
     notes: tuple[str, ...] = ()
+    # time per output token and inter-token latency (docs/glossary.md), p50 and p99 over the level
+    tpot_p50_s: float | None = None
+    tpot_p99_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p99_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,6 +240,7 @@ class StudySettings:
     temperature: float | None = None
     config_source: str | None = None
     max_num_seqs: int | None = None  # the server's, when its flags or profile say (bounds a per-batch-size table)
+    max_itl_p99_s: float | None = None  # a latency target the recommendation keeps to (analysis/latency.py)
 
     @property
     def workloads(self) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ it, with their ratio: the server's runs higher because it leaves out TTFT and sc
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -27,6 +28,30 @@ class Spread:
     max: float
     mean: float
     n: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Latency:
+    """A latency's median and 99th percentile, in seconds, over ``n`` values."""
+
+    p50_s: float
+    p99_s: float
+    n: int
+
+
+def latency(values: Sequence[float]) -> Latency | None:
+    """p50 and p99 of a list of seconds (None when empty)."""
+    if not values:
+        return None
+    array = np.asarray(values, dtype=float)
+    return Latency(p50_s=float(np.percentile(array, 50)), p99_s=float(np.percentile(array, 99)), n=len(values))
+
+
+def inter_token_gaps(record: RequestRecord) -> list[float]:
+    """Seconds between consecutive streamed chunks that carried tokens (the inter-token latency as
+    a client sees it: with speculation a chunk carries every token of one verification step)."""
+    times = record.chunk_times_s or ()
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +97,9 @@ class LevelSummary:
     # (acceptance is then None), None when the server has no draft counters
     counted_drafts: float | None = None
     cut_requests: int = 0  # in flight when the level stopped, closed mid-stream (not in ``requests``)
+    # time per output token after the first, per request; the gap between token-carrying chunks
+    tpot: Latency | None = None
+    itl: Latency | None = None
 
 
 def spread(values: Sequence[float]) -> Spread | None:
@@ -151,6 +179,8 @@ def summarize_level(
         gauge_accept_length=gauge_accept_length,
         counted_drafts=delta.num_drafts if delta is not None else None,
         cut_requests=len(cut),
+        tpot=latency([1.0 / v for v in decode if v > 0]),
+        itl=latency([gap for r in ok for gap in inter_token_gaps(r)]),
     )
 
 
@@ -210,8 +240,13 @@ def summary_in_modelled_time(summary: LevelSummary, time_scale: float) -> LevelS
     def rate(value: float | None) -> float | None:
         return None if value is None else value / time_scale
 
+    def duration(value: Latency | None) -> Latency | None:
+        return None if value is None else replace(value, p50_s=value.p50_s * time_scale, p99_s=value.p99_s * time_scale)
+
     return replace(
         summary,
+        tpot=duration(summary.tpot),
+        itl=duration(summary.itl),
         wall_s=summary.wall_s * time_scale,
         output_tokens_per_s=rate(summary.output_tokens_per_s),
         saturated_output_tokens_per_s=rate(summary.saturated_output_tokens_per_s),

@@ -24,6 +24,7 @@ from typing import Any
 from specsweep.analysis.aggregate import fit_aggregate_acceptance
 from specsweep.analysis.drafters import Drafter, candidate_of, drafter_of
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
+from specsweep.analysis.latency import itl_limit
 from specsweep.analysis.noise import run_to_run_noise
 from specsweep.analysis.rates import RatePrediction, predict_throughput
 from specsweep.analysis.recommendation import Recommendation, recommend_draft_length
@@ -129,6 +130,7 @@ def analyze_study(
     confidence: float = 0.95,
     draws: int = 400,
     seed: int = 0,
+    max_itl_p99_s: float | None = None,
 ) -> StudyAnalysis:
     """Fit, model and recommend for every workload and concurrency level a study measured.
 
@@ -172,8 +174,11 @@ def analyze_study(
                     workload=workload, concurrency=level, rows=predict_throughput(model, model_inputs, **args)
                 )
             )
+            limit = itl_limit(measured, workload, level, max_itl_p99_s) if max_itl_p99_s is not None else None
             mine.append(
-                recommend_draft_length(model, model_inputs, workload=workload, baseline=base, k_min=k_min, **args)
+                recommend_draft_length(
+                    model, model_inputs, workload=workload, baseline=base, k_min=k_min, limit=limit, **args
+                )
             )
         recommendations.extend(mine)
         templates = {d: c.spec for c in measured if (d := drafter_of(c.spec)) is not None and c.spec is not None}
@@ -214,6 +219,7 @@ def analyze_with_settings(
         baseline=settings.baseline,
         max_num_seqs=settings.max_num_seqs,
         seed=seed,
+        max_itl_p99_s=settings.max_itl_p99_s,
     )
 
 

@@ -219,6 +219,9 @@ def _print_level(out: Console, level: LevelResult, *, clock: str = "wall clock")
         )
     if ttft is not None:
         out.print(f"  TTFT {_range(ttft.min, ttft.max, 3)} s (p50 {ttft.p50:.3f}, p95 {ttft.p95:.3f})")
+    if m.tpot is not None:
+        itl = f"; ITL p50 {1000 * m.itl.p50_s:.1f} ms, p99 {1000 * m.itl.p99_s:.1f} ms" if m.itl else ""
+        out.print(f"  TPOT p50 {1000 * m.tpot.p50_s:.1f} ms, p99 {1000 * m.tpot.p99_s:.1f} ms{itl}")
     if m.prefill_tokens_per_s is not None:
         out.print(f"  prefill {m.prefill_tokens_per_s.max:,.0f} tok/s peak (prompt tokens / TTFT)")
     if m.tokens_per_chunk is not None:

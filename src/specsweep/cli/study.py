@@ -105,6 +105,11 @@ def study(
     requests: int = typer.Option(
         None, min=1, help="Measure every level with exactly this many requests (default: adaptive, docs/search.md)."
     ),
+    max_itl_p99: float = typer.Option(
+        None,
+        min=0.001,
+        help="A latency target: recommend only configurations whose inter-token latency p99 is within this many ms.",
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the plan and every configuration's server command; start nothing."
     ),
@@ -127,6 +132,8 @@ def study(
         chosen = replace(chosen, name=study_name)
     if requests is not None:
         chosen = replace(chosen, measure=replace(chosen.measure, requests=requests))
+    if max_itl_p99 is not None:
+        chosen = replace(chosen, objective=replace(chosen.objective, max_itl_p99_s=max_itl_p99 / 1000))
     out = Console(soft_wrap=True)
     if dry_run:
         print_plan(out, plan_study(chosen))

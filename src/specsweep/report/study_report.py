@@ -24,6 +24,7 @@ from specsweep.report.figures import (
     throughput_figure_data,
 )
 from specsweep.report.snippets import render_snippet
+from specsweep.report.study_tables import RESULTS_CSV, latency_table, results_csv
 from specsweep.runtime.store import finite_json, write_atomic, write_json_atomic
 from specsweep.types import MeasuredConfig, StudySettings
 
@@ -37,6 +38,7 @@ class ReportFiles:
     html: Path
     results: Path
     figures: tuple[Path, ...]
+    table: Path | None = None  # results.csv
 
 
 def percent(value: float | None, low: float | None = None, high: float | None = None) -> str:
@@ -159,6 +161,16 @@ def write_report(
             )))  # fmt: skip
     blocks.append(doc.Heading(text="Measured configurations"))
     blocks.append(_measured_table(analysis, configs))
+    latency = latency_table(analysis.workloads, configs)
+    if latency is not None:
+        blocks.append(doc.Heading(text="Latency: time per output token and inter-token latency"))
+        blocks.append(
+            doc.Paragraph(
+                text="TPOT: time per output token after the first, per request; ITL: the time between streamed "
+                "chunks that carry tokens (with speculation, one chunk per verification step). Per level, in ms."
+            )
+        )
+        blocks.append(latency)
     path = render_figure(history_figure_data(history, "objective tok/s"), figures_dir / "history.png")
     figures.append(path)
     blocks.append(doc.Figure(path=path, caption="Every trial's objective and the best so far"))
@@ -168,7 +180,11 @@ def write_report(
     write_atomic(markdown, doc.render_markdown(blocks, folder=folder))
     write_atomic(html_path, doc.render_html(blocks, title=f"specsweep report: {name}"))
     write_json_atomic(results, results_document(analysis, configs, settings, snippet_format))
-    return ReportFiles(folder=folder, markdown=markdown, html=html_path, results=results, figures=tuple(figures))
+    write_atomic(folder / RESULTS_CSV, results_csv(configs))
+    return ReportFiles(
+        folder=folder, markdown=markdown, html=html_path, results=results, figures=tuple(figures),
+        table=folder / RESULTS_CSV,
+    )  # fmt: skip
 
 
 def results_document(
@@ -288,7 +304,11 @@ def recommendation_summary(rec: Recommendation) -> str:
     """One line: 'technical at 1: k=2 dspark probabilistic, 33.2 tok/s [32.5, 33.7] predicted ...'."""
     measured = f", {rec.measured_tokens_per_s:.1f} measured" if rec.measured_tokens_per_s is not None else ""
     gains = []
-    if rec.gain_over_off is not None and (rec.gain_over_off.predicted is not None or rec.gain_over_off.measured):
+    if (
+        rec.gain_over_off is not None
+        and not rec.speculation_off
+        and (rec.gain_over_off.predicted is not None or rec.gain_over_off.measured)
+    ):
         gains.append(f"{gain_text(rec.gain_over_off)} vs speculation off")
     if rec.gain_over_baseline is not None:
         gains.append(f"{gain_text(rec.gain_over_baseline)} vs {baseline_name(rec.gain_over_baseline.over)}")

@@ -102,6 +102,8 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     constraints = [f"at most {objective.max_errors} failed requests"]
     if objective.max_ttft_p95_s is not None:
         constraints.append(f"TTFT p95 at most {objective.max_ttft_p95_s:g} s")
+    if objective.max_itl_p99_s is not None:
+        constraints.append(f"recommendations within ITL p99 {1000 * objective.max_itl_p99_s:g} ms")
     collapsed = None
     if space.methods_collapsed and len(config.search.draft_sample_method) > 1:
         collapsed = (

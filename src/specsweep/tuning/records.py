@@ -58,6 +58,10 @@ def level_figures(measurement: Measurement, *, time_scale: float = 1.0) -> dict[
             num_drafts=acceptance.num_drafts if acceptance else None,
             mean_acceptance_length=acceptance.mean_acceptance_length if acceptance else None,
             notes=tuple(level.notes),
+            tpot_p50_s=s.tpot.p50_s * time_scale if s.tpot else None,
+            tpot_p99_s=s.tpot.p99_s * time_scale if s.tpot else None,
+            itl_p50_s=s.itl.p50_s * time_scale if s.itl else None,
+            itl_p99_s=s.itl.p99_s * time_scale if s.itl else None,
         )
     return out
 
@@ -86,6 +90,10 @@ def _level_from_stored(concurrency: int, row: dict[str, Any]) -> LevelFigures:
         num_drafts=row.get("num_drafts"),
         mean_acceptance_length=row.get("mean_acceptance_length"),
         notes=tuple(row.get("notes") or ()),
+        tpot_p50_s=row.get("tpot_p50_s"),
+        tpot_p99_s=row.get("tpot_p99_s"),
+        itl_p50_s=row.get("itl_p50_s"),
+        itl_p99_s=row.get("itl_p99_s"),
     )
 
 

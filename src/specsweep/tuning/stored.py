@@ -11,7 +11,7 @@ speculation off and over the baseline (the configuration run today) when both we
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import optuna
@@ -93,13 +93,17 @@ def analyze_stored_study(
     seed: int = 0,
     configs: list[MeasuredConfig] | None = None,
     settings: StudySettings | None = None,
+    max_itl_p99_s: float | None = None,
 ) -> StoredAnalysis:
-    """Fit, model and recommend from what the study stored (``configs`` and ``settings``: read already)."""
+    """Fit, model and recommend from what the study stored (``configs`` and ``settings``: read already;
+    ``max_itl_p99_s``: a latency target in place of the study's own)."""
     configs = configs if configs is not None else measured_configs(study)
     too_little = nothing_to_compare(configs, study.study_name)
     if too_little is not None:
         raise FitError(too_little)
     settings = settings if settings is not None else read_study_settings(study, configs)
+    if max_itl_p99_s is not None:
+        settings = replace(settings, max_itl_p99_s=max_itl_p99_s)
     analysis = analyze_with_settings(configs, settings, seed=seed)
     return StoredAnalysis(analysis=analysis, configs=configs, settings=settings)
 

@@ -23,6 +23,7 @@ def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
         "concurrency": list(settings.concurrency_levels),
         "num_speculative_tokens_range": list(settings.k_range) if settings.k_range else None,
         "max_num_seqs": settings.max_num_seqs,
+        "max_itl_p99_s": settings.max_itl_p99_s,
     }
     for name, value in attrs.items():
         study.set_user_attr(name, value)
@@ -50,7 +51,13 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
         temperature=attrs.get("temperature"),
         config_source=attrs.get("config_source"),
         max_num_seqs=attrs.get("max_num_seqs"),
+        max_itl_p99_s=attrs.get("max_itl_p99_s"),
     )
+
+
+def write_itl_limit(study: optuna.Study, limit_s: float | None) -> None:
+    """A new latency target for an existing study (it only changes what is recommended)."""
+    study.set_user_attr("max_itl_p99_s", limit_s)
 
 
 def check_joinable(study: optuna.Study, mine: StudySettings) -> str | None:

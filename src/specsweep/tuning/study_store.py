@@ -120,6 +120,7 @@ def settings_of(config: StudyConfig, space: Space) -> StudySettings:
         temperature=config.measure.temperature,
         config_source=config.source,
         max_num_seqs=server_max_num_seqs(config.server),
+        max_itl_p99_s=config.objective.max_itl_p99_s,
     )
 
 
@@ -184,6 +185,8 @@ def open_study(
         study_settings.write_study_settings(study, settings)
         if queue_initial:
             _queue_initial(study, config, space)
+    elif settings.max_itl_p99_s is not None and study.user_attrs.get("max_itl_p99_s") != settings.max_itl_p99_s:
+        study_settings.write_itl_limit(study, settings.max_itl_p99_s)  # a latency target given on --resume
     return study
 
 
