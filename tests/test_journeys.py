@@ -424,3 +424,84 @@ def test_a_latency_target_keeps_the_recommendation_within_it(latency_study: Path
     paste = specsweep("recommend", "studies/itl", cwd=latency_study)
     limited = specsweep("recommend", "studies/itl", "--max-itl-p99", "100000", cwd=latency_study)
     assert paste.returncode == limited.returncode == 0 and paste.stdout != limited.stdout
+
+
+SHAREGPT = [
+    {
+        "id": "a1",
+        "conversations": [{"from": "human", "value": "Write a long story."}, {"from": "gpt", "value": "Once"}],
+    },
+    {
+        "id": "a2",
+        "conversations": [{"from": "system", "value": "Be terse."}, {"from": "human", "value": "Explain TCP."}],
+    },
+    {"id": "a3", "conversations": [{"from": "gpt", "value": "a reply with nothing asked"}]},
+]
+CHAT = [
+    {"messages": [{"role": "user", "content": "Write a Rust server."}, {"role": "assistant", "content": "fn main"}]},
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": "Explain B-trees."}]}], "metadata": {}},
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("sharegpt.json", json.dumps(SHAREGPT), None),
+        ("sharegpt.jsonl", "\n".join(json.dumps(r) for r in SHAREGPT), None),
+        ("chat.jsonl", "\n".join(json.dumps(r) for r in CHAT), [
+            [{"role": "user", "content": "Write a Rust server."}], [{"role": "user", "content": "Explain B-trees."}],
+        ]),
+        ("notes.txt", "Write an essay on rivers.\nMake it long.\n\n\nDescribe a market.\n", [
+            "Write an essay on rivers.\nMake it long.", "Describe a market.",
+        ]),
+    ],
+)  # fmt: skip
+def test_prompts_in_the_formats_users_have_are_imported_or_read_directly(
+    tmp_path: Path, name: str, text: str, expected: list | None
+) -> None:
+    (tmp_path / name).write_text(text)
+    result = specsweep("workloads", "import", name, "--out", "imported", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    stem = name.rsplit(".", 1)[0]
+    records = [json.loads(line) for line in (tmp_path / "imported" / f"{stem}.jsonl").read_text().splitlines()]
+    got = [r.get("messages", r.get("prompt")) for r in records]
+    sharegpt_prompts = [
+        [{"role": "user", "content": "Write a long story."}],
+        [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Explain TCP."}],
+    ]
+    assert got == (expected or sharegpt_prompts)
+    if stem == "sharegpt":
+        assert "1 conversation(s) with no human turn to answer were skipped" in result.stdout
+    # the imported file and the original read alike wherever --workload is taken
+    for path in (name, f"imported/{stem}.jsonl"):
+        checked = specsweep("workloads", path, cwd=tmp_path)
+        assert checked.returncode == 0 and f"│ {len(got)} " in checked.stdout, checked.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "says"),
+    [
+        ("bad.json", '[{"conversations": [{"from": "human", "value": "x"}]}, {"conversations": 3}]', "record 2:"),
+        ("bad.jsonl", '{"conversations": [{"from": "human", "value": "x"}]}\n\n{"conversations": [{"from": "robot", '
+         '"value": "y"}]}', "line 3: turn 'from' 'robot'"),
+        ("bad-chat.jsonl", '{"messages": [{"role": "user", "content": "x"}], "tools": []}\n{"messages": []}',
+         "line 2: an OpenAI chat record needs 'messages'"),
+        ("cut.json", '[{"conversations": [', "line 1: not valid JSON"),
+    ],
+)  # fmt: skip
+def test_a_malformed_import_names_its_line_and_the_fix(tmp_path: Path, name: str, text: str, says: str) -> None:
+    (tmp_path / name).write_text(text)
+    error = one_error_line(specsweep("workloads", "import", name, cwd=tmp_path))
+    assert f"workload {name} {says}" in error, error
+
+
+def test_a_workload_too_small_for_a_level_is_warned(start_emulator, tmp_path: Path) -> None:
+    server = start_emulator(speculative_config=PROBABILISTIC_K2, time_scale=200)
+    (tmp_path / "two.txt").write_text("Write a long story.\n\nExplain TCP in depth.\n")
+    result = specsweep("measure", "--endpoint", server.url, "--workload", "two.txt", "--concurrency", "1",
+                       "--requests", "4", "--max-tokens", "30", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "workload two has 2 prompts, fewer than the 4 requests a level sends" in result.stdout
+    write_study(tmp_path / "s.toml", emulator_study("small", workloads={"two.txt": 1.0}, requests=4))
+    plan = specsweep("study", "--config", "s.toml", "--dry-run", cwd=tmp_path)
+    assert plan.returncode == 0 and "workload two has 2 prompts" in plan.stdout

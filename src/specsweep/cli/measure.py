@@ -30,7 +30,7 @@ from specsweep.runtime.measure import (
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
 from specsweep.tuning.rig import recommend_for_measurement, rig_drafter
 from specsweep.tuning.rig_file import check_server_against_rig, load_rig
-from specsweep.workload import load_workload
+from specsweep.workload import load_workload, too_small
 
 MEASUREMENT_FILE = "measurement.json"  # what --out DIR holds
 
@@ -120,8 +120,9 @@ def measure(
     loaded = load_workload(workload)
     console = Console(stderr=True)
     thin = None if rate else thin_levels(settings.concurrency, settings.requests)
-    if thin:  # with the report on stdout: stderr keeps one line for an error
-        Console(soft_wrap=True, stderr=json_output).print(f"[yellow]note:[/yellow] {thin}")
+    for note in (thin, too_small(loaded, settings.requests), *loaded.notes):
+        if note:  # with the report on stdout: stderr keeps one line for an error
+            Console(soft_wrap=True, stderr=json_output).print(f"[yellow]note:[/yellow] {note}")
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),

@@ -17,7 +17,7 @@ from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import engine_info
 from specsweep.runtime.trial_server import TrialServer, read_help_flags
 from specsweep.tuning.space import build_space, check_space, check_spec_args
-from specsweep.workload import load_workload
+from specsweep.workload import load_workload, too_small
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,7 +111,12 @@ def plan_study(config: StudyConfig) -> StudyPlan:
             if not engine.has_draft_sample_method
             else "temperature 0: greedy and probabilistic drafting are identical, so draft sampling is not searched"
         )
-    warnings = []
+    warnings = [
+        note
+        for name in config.workloads
+        for note in (too_small(load_workload(name), config.measure.most_requests), *load_workload(name).notes)
+        if note
+    ]
     if len(configurations) > 1 and len({c.command for c in configurations}) == 1:
         warnings.append(
             "every configuration runs the same command: the start command has no {spec_args} (or "

@@ -45,7 +45,7 @@ from specsweep.tuning.study_store import StudyPaths, open_study, settings_of
 from specsweep.tuning.study_time import StudyTime, study_time
 from specsweep.tuning.trial import TrialRunner, level_targets
 from specsweep.types import EventCallback
-from specsweep.workload import Workload, load_workload
+from specsweep.workload import Workload, load_workload, too_small
 
 # Search decisions that measure a configuration expected to lead: never stopped for being behind.
 CONTENDER_PHASES = ("repeat", "separate", "confirm", "planned")
@@ -187,6 +187,10 @@ class StudyRunner:
         thin = config.measure.requests and thin_levels(config.measure.concurrency, config.measure.requests)
         if thin:
             self.emit(Note(text=thin))
+        for workload in self.trials.workloads.values():
+            for note in (too_small(workload, config.measure.most_requests), *workload.notes):
+                if note:
+                    self.emit(Note(text=note))
         for note in reclaim_leases(self.paths.leases, grace_s=config.server.stop_grace_s):
             self.emit(Note(text=note))
         with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat, self._stopped_by_user(before):
