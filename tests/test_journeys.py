@@ -18,8 +18,10 @@ import httpx
 import optuna
 import pytest
 
+from specsweep.emulator.content import classify_content
 from specsweep.report.figures import TrialPoint, history_figure_data
 from specsweep.runtime.launcher import ServerProcess, free_port
+from specsweep.workload import load_workload
 
 from .builders import emulator_study, specsweep, write_study
 from .conftest import emulator_processes, print_truth
@@ -505,3 +507,32 @@ def test_a_workload_too_small_for_a_level_is_warned(start_emulator, tmp_path: Pa
     write_study(tmp_path / "s.toml", emulator_study("small", workloads={"two.txt": 1.0}, requests=4))
     plan = specsweep("study", "--config", "s.toml", "--dry-run", cwd=tmp_path)
     assert plan.returncode == 0 and "workload two has 2 prompts" in plan.stdout
+
+
+def test_the_report_shows_which_kind_of_output_drafts_badly(tmp_path: Path) -> None:
+    """A workload of prose stories and technical code: the emulator drafts each class at its own
+    acceptance, and the report's subcategory table shows each class's tokens per step."""
+    mixed = [p for p in load_workload("prose").prompts if p.subcategory == "story"][:6]
+    mixed += [p for p in load_workload("technical").prompts if p.subcategory == "code"][:6]
+    assert {classify_content(p.text()) for p in mixed[:6]} == {"prose"}
+    assert {classify_content(p.text()) for p in mixed[6:]} == {"technical"}
+    (tmp_path / "mixed.jsonl").write_text(
+        "\n".join(json.dumps({"id": p.id, "subcategory": p.subcategory, "prompt": p.prompt}) for p in mixed)
+    )
+    spec = {"method": "dspark", "num_speculative_tokens": 3, "draft_sample_method": "probabilistic"}
+    data = emulator_study(
+        "kinds", seed=2510, k=(3, 3), workloads={"mixed.jsonl": 1.0}, requests=24, max_tokens=200, temperature=0.6,
+        search={"draft_sample_method": "probabilistic", "no_speculation": False},
+    )  # fmt: skip
+    write_study(tmp_path / "s.toml", data)
+    assert specsweep("study", "--config", "s.toml", cwd=tmp_path).returncode == 0
+    result = specsweep("report", "studies/kinds", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "studies/kinds/report/report.md").read_text()
+    assert "## mixed.jsonl: acceptance by subcategory" in text
+    rows = dict(re.findall(r"^\| (story|code) \| ([\d.]+) \(\d+\) \|$", text, re.MULTILINE))
+    truth = print_truth("--speculative-config", json.dumps(spec), "--concurrency", "1", "--max-tokens", "200",
+                        "--temperature", "0.6")  # fmt: skip
+    assert float(rows["story"]) == pytest.approx(truth["prose"]["expected_tokens_per_step"], rel=0.08)
+    assert float(rows["code"]) == pytest.approx(truth["technical"]["expected_tokens_per_step"], rel=0.08)
+    assert text.index("| code |") < text.index("| story |")  # the kind that drafts worst first

@@ -203,6 +203,9 @@ class LevelFigures:
     tpot_p99_s: float | None = None
     itl_p50_s: float | None = None
     itl_p99_s: float | None = None
+    # per workload subcategory: requests, tokens, steps (and llama.cpp's drafted, accepted), summed
+    # (analysis/levels.acceptance_by_subcategory)
+    by_subcategory: dict[str, dict[str, float]] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,7 +9,7 @@ it, with their ratio: the server's runs higher because it leaves out TTFT and sc
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -255,3 +255,32 @@ def summary_in_modelled_time(summary: LevelSummary, time_scale: float) -> LevelS
         prefill_tokens_per_s=scaled(summary.prefill_tokens_per_s, 1.0 / time_scale),
         server_generation_tokens_per_s=rate(summary.server_generation_tokens_per_s),
     )
+
+
+def acceptance_by_subcategory(
+    records: Sequence[RequestRecord], subcategory_of: Mapping[str, str]
+) -> dict[str, dict[str, float]]:
+    """Per workload subcategory, the sums that give its tokens per verification step: ``tokens``
+    over ``steps`` (SGLang's per-request verification steps where a response says them, else one
+    step per streamed chunk after the first: with speculation a chunk carries one step's
+    tokens), and llama.cpp's ``drafted`` and ``accepted`` tokens where responses carry them.
+    Sums, so levels and trials add up. Requests whose prompt has no subcategory are left out."""
+    out: dict[str, dict[str, float]] = {}
+    for record in records:
+        tag = subcategory_of.get(record.prompt_id, "")
+        if not tag or not record.ok:
+            continue
+        if record.spec_verify_ct:
+            tokens, steps = float(record.completion_tokens or 0), float(record.spec_verify_ct)
+        else:
+            tokens, steps = float((record.completion_tokens or 0) - 1), float(record.num_chunks - 1)
+        if steps <= 0:
+            continue
+        sums = out.setdefault(tag, {"requests": 0.0, "tokens": 0.0, "steps": 0.0})
+        sums["requests"] += 1
+        sums["tokens"] += tokens
+        sums["steps"] += steps
+        if record.draft_n:
+            sums["drafted"] = sums.get("drafted", 0.0) + record.draft_n
+            sums["accepted"] = sums.get("accepted", 0.0) + (record.draft_n_accepted or 0)
+    return out

@@ -24,7 +24,7 @@ from specsweep.report.figures import (
     throughput_figure_data,
 )
 from specsweep.report.snippets import render_snippet
-from specsweep.report.study_tables import RESULTS_CSV, latency_table, results_csv
+from specsweep.report.study_tables import RESULTS_CSV, latency_table, results_csv, subcategory_table
 from specsweep.runtime.store import finite_json, write_atomic, write_json_atomic
 from specsweep.types import MeasuredConfig, StudySettings
 
@@ -159,6 +159,18 @@ def write_report(
             blocks.append(doc.Bullets(items=tuple(
                 f"concurrency {f.concurrency}, {drafter_label(f.drafter)}: {f.basis}" for f in model.fits
             )))  # fmt: skip
+        by_kind = subcategory_table(workload, configs)
+        if by_kind is not None:
+            blocks.append(doc.Heading(text=f"{workload}: acceptance by subcategory"))
+            blocks.append(
+                doc.Paragraph(
+                    text="Tokens per verification step (1 + accepted drafted tokens) of each kind of output in the "
+                    "workload, per drafter at its longest measured draft, every level pooled (requests in brackets); "
+                    "the kind that drafts worst first. From each response: one streamed chunk per step, or the "
+                    "verification steps SGLang reports."
+                )
+            )
+            blocks.append(by_kind)
     blocks.append(doc.Heading(text="Measured configurations"))
     blocks.append(_measured_table(analysis, configs))
     latency = latency_table(analysis.workloads, configs)

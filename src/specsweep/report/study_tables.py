@@ -16,7 +16,7 @@ from specsweep.types import LevelFigures, MeasuredConfig
 RESULTS_CSV = "results.csv"
 # results.csv: what identifies a row, then every figure a level keeps (LevelFigures' fields).
 CSV_KEYS = ("trial", "configuration", "spec", "workload")
-CSV_FIGURES = tuple(f.name for f in fields(LevelFigures) if f.name != "notes")
+CSV_FIGURES = tuple(f.name for f in fields(LevelFigures) if f.name not in ("notes", "by_subcategory"))
 
 
 def results_csv(configs: Sequence[MeasuredConfig]) -> str:
@@ -69,3 +69,43 @@ def latency_table(workloads: Sequence[str], configs: Sequence[MeasuredConfig]) -
 
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{1000 * seconds:.1f}"
+
+
+def subcategory_table(workload: str, configs: Sequence[MeasuredConfig]) -> doc.Table | None:
+    """Tokens per verification step per subcategory of ``workload``, one column per drafter (its
+    longest measured draft, every level pooled), the subcategory that drafts worst first; llama.cpp's
+    draft acceptance beside it where responses carried it. None when no level kept subcategories."""
+    chosen: dict[str, MeasuredConfig] = {}
+    for config in configs:
+        spec = config.spec
+        levels = config.results.get(workload, {}).values()
+        if spec is None or spec.num_speculative_tokens_per_batch_size or not any(lv.by_subcategory for lv in levels):
+            continue
+        name = candidate_of(spec).drafter.label if candidate_of(spec).drafter else ""
+        held = chosen.get(name)
+        if held is None or (spec.num_speculative_tokens or 0) > (held.spec.num_speculative_tokens or 0):
+            chosen[name] = config
+    if not chosen:
+        return None
+    sums: dict[str, dict[str, dict[str, float]]] = {}
+    for name, config in chosen.items():
+        for level in config.results[workload].values():
+            for tag, row in (level.by_subcategory or {}).items():
+                pooled = sums.setdefault(tag, {}).setdefault(name, {})
+                for key, value in row.items():
+                    pooled[key] = pooled.get(key, 0.0) + value
+    names = sorted(chosen)
+
+    def cell(row: dict[str, float] | None) -> str:
+        if not row or not row.get("steps"):
+            return "-"
+        text = f"{row['tokens'] / row['steps']:.2f} ({row['requests']:.0f})"
+        return text + (f", {100 * row['accepted'] / row['drafted']:.0f}% accepted" if row.get("drafted") else "")
+
+    def worst(tag: str) -> float:
+        rows = [r for r in sums[tag].values() if r.get("steps")]
+        return min((r["tokens"] / r["steps"] for r in rows), default=0.0)
+
+    header = ("subcategory", *(f"{n} k={chosen[n].spec.num_speculative_tokens}" for n in names))
+    rows = tuple((tag, *(cell(sums[tag].get(n)) for n in names)) for tag in sorted(sums, key=worst))
+    return doc.Table(header=header, rows=rows)

@@ -12,12 +12,14 @@ studies written by earlier versions read the same way (absent fields are None or
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import optuna
 
+from specsweep.analysis.levels import acceptance_by_subcategory
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
@@ -27,11 +29,14 @@ from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, Speculative
 TRIALS_FOLDER = "trials"
 
 
-def level_figures(measurement: Measurement, *, time_scale: float = 1.0) -> dict[int, LevelFigures]:
+def level_figures(
+    measurement: Measurement, *, time_scale: float = 1.0, subcategories: Mapping[str, str] | None = None
+) -> dict[int, LevelFigures]:
     """The figures a study keeps of each measured level, by concurrency.
 
     Rates are divided and times multiplied by ``time_scale`` (the emulator's), so they read in
-    the modelled hardware's units.
+    the modelled hardware's units. ``subcategories``: the workload's prompt ids -> subcategory,
+    for acceptance per subcategory.
     """
 
     def rate(value: float | None) -> float | None:
@@ -62,6 +67,7 @@ def level_figures(measurement: Measurement, *, time_scale: float = 1.0) -> dict[
             tpot_p99_s=s.tpot.p99_s * time_scale if s.tpot else None,
             itl_p50_s=s.itl.p50_s * time_scale if s.itl else None,
             itl_p99_s=s.itl.p99_s * time_scale if s.itl else None,
+            by_subcategory=(acceptance_by_subcategory(level.records, subcategories) or None) if subcategories else None,
         )
     return out
 
@@ -94,6 +100,7 @@ def _level_from_stored(concurrency: int, row: dict[str, Any]) -> LevelFigures:
         tpot_p99_s=row.get("tpot_p99_s"),
         itl_p50_s=row.get("itl_p50_s"),
         itl_p99_s=row.get("itl_p99_s"),
+        by_subcategory=row.get("by_subcategory"),
     )
 
 
