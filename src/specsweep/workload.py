@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from specsweep.errors import WorkloadError
-from specsweep.workload_formats import Converted, detect_and_convert
+from specsweep.workload_formats import Converted, detect_and_convert, json_lines
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,15 +150,7 @@ def parse_workload(text: str, *, name: str, source: str) -> Workload:
     """Parse JSONL text into a Workload; errors name the line and what to fix."""
     prompts: list[WorkloadPrompt] = []
     seen: set[str] = set()
-    for number, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("//"):
-            continue
-        where = f"workload {source} line {number}"
-        try:
-            record = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"{where}: not valid JSON ({exc.msg}); each line must be one JSON object.") from None
+    for number, where, record in json_lines(text, source):
         prompt = _parse_record(record, where, default_id=f"{name}-{number}")
         if prompt.id in seen:
             raise WorkloadError(f"{where}: id {prompt.id!r} is used twice; ids must be unique.")

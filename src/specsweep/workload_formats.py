@@ -16,6 +16,7 @@ names its line (or, in a JSON array, its position) and the fix.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,16 +83,22 @@ def _first_object(text: str) -> Any:
     return None
 
 
-def _lines(text: str, source: str):
+def json_lines(text: str, source: str) -> Iterator[tuple[int, str, Any]]:
+    """Each JSON Lines record with its line number and where it is, as errors name it; blank
+    lines and ``//`` comments skipped; a line that is not JSON is a WorkloadError naming it."""
     for number, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         if not stripped or stripped.startswith("//"):
             continue
         where = f"workload {source} line {number}"
         try:
-            yield where, json.loads(stripped)
+            yield number, where, json.loads(stripped)
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{where}: not valid JSON ({exc.msg}); each line must be one JSON object.") from None
+
+
+def _lines(text: str, source: str) -> Iterator[tuple[str, Any]]:
+    return ((where, record) for _, where, record in json_lines(text, source))
 
 
 def from_sharegpt(items) -> Converted:
