@@ -85,36 +85,38 @@ def _no_interrupt() -> Iterator[None]:
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM stops the study the way Ctrl-C does: server stopped, trial failed, data kept.
 
-    An interrupt that lands in a finalizer (a garbage-collected object's ``__del__``, a weakref
-    callback) is swallowed by Python as "Exception ignored in ..."; the hook notes it, and
-    ``_check_interrupt`` raises it again where the loop next looks."""
+    Ctrl-C gets a handler of its own too: with Python's default one, asyncio.run (each
+    measurement) turns the first Ctrl-C into a cancel of its task, and drops it when the task has
+    just finished. This one raises KeyboardInterrupt where the program is, and notes it, so an
+    interrupt that Python swallows anyway (one landing in a finalizer is "Exception ignored in
+    ...") is raised again where the loop next looks (_check_interrupt)."""
 
     def handler(signum: int, frame: object) -> None:
+        _interrupted.set()
         raise KeyboardInterrupt
 
     def unraisable(info: Any) -> None:
-        if isinstance(info.exc_value, KeyboardInterrupt):
-            _swallowed.set()
-        else:
+        if not isinstance(info.exc_value, KeyboardInterrupt):
             hook(info)
 
-    _swallowed.clear()
-    previous = signal.signal(signal.SIGTERM, handler)
+    _interrupted.clear()
+    previous_term = signal.signal(signal.SIGTERM, handler)
+    previous_int = signal.signal(signal.SIGINT, handler)
     hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
         sys.unraisablehook = hook
 
 
-_swallowed = threading.Event()
+_interrupted = threading.Event()
 
 
 def _check_interrupt() -> None:
-    """Raise an interrupt Python swallowed in a finalizer (see _sigterm_as_interrupt)."""
-    if _swallowed.is_set():
-        _swallowed.clear()
+    """Raise an interrupt that was swallowed before it stopped the run (see _sigterm_as_interrupt)."""
+    if _interrupted.is_set():
         raise KeyboardInterrupt
 
 
@@ -323,6 +325,7 @@ class StudyRunner:
             raise
         finally:
             self._trial_wall_s += time.monotonic() - trial_started
+        _check_interrupt()  # a Ctrl-C the measurement swallowed stops the run now, its trial kept
         return "failed" if value is None else "measured"
 
     @contextlib.contextmanager
