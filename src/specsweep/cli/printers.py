@@ -198,6 +198,11 @@ def print_measurement(out: Console, result: Measurement) -> None:
             f"rates and times in the modelled hardware's units (the emulator's time scale {result.time_scale:g} "
             "undone), as a study and watch give them"
         )
+    if result.time_scale > 10:
+        out.print(
+            f"  ITL at time scale {result.time_scale:g}: steps a fraction of a millisecond apart in wall clock can "
+            "arrive together, which reads as longer gaps; TPOT is not affected (run the emulator slower for ITL)"
+        )
     clock = "wall clock" if result.time_scale == 1.0 else "modelled"
     for level in result.levels:
         _print_level(out, level, clock=clock)
