@@ -225,7 +225,10 @@ def test_measure_on_the_emulator_prints_modelled_rates_as_the_study_does(start_e
         "--max-tokens", "200", "--temperature", "0.6", "--json", str(out),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "the emulator's time scale 100 undone" in result.stdout and "wall clock" not in result.stdout
+    assert (
+        "the emulator's time scale 100 undone" in result.stdout and "aggregate output, wall clock" not in result.stdout
+    )
+    assert "ITL is not measured at time scale 100" in result.stdout and "ITL p50" not in result.stdout
     truth = print_truth(
         "--speculative-config", PROBABILISTIC_K2, "--concurrency", "1", "--max-tokens", "200", "--temperature", "0.6"
     )["technical"]["levels"][0]["output_tokens_per_s"]

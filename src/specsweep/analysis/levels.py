@@ -223,9 +223,16 @@ def client_acceptance(records: Sequence[RequestRecord]) -> ClientAcceptance | No
     )
 
 
+# The fastest emulator time scale at which the gaps between streamed chunks are the modelled
+# steps: faster, a step is under a few milliseconds of wall clock and consecutive steps arrive
+# together (at 100, half the gaps read 0), so ITL is not kept.
+ITL_TIME_SCALE_LIMIT = 10.0
+
+
 def summary_in_modelled_time(summary: LevelSummary, time_scale: float) -> LevelSummary:
     """A level measured on a server running ``time_scale`` times faster than the hardware it
-    models (the emulator), in the modelled hardware's units: rates divided, durations multiplied."""
+    models (the emulator), in the modelled hardware's units: rates divided, durations multiplied;
+    ITL only up to ITL_TIME_SCALE_LIMIT."""
     if time_scale == 1.0:
         return summary
 
@@ -246,7 +253,7 @@ def summary_in_modelled_time(summary: LevelSummary, time_scale: float) -> LevelS
     return replace(
         summary,
         tpot=duration(summary.tpot),
-        itl=duration(summary.itl),
+        itl=duration(summary.itl) if time_scale <= ITL_TIME_SCALE_LIMIT else None,
         wall_s=summary.wall_s * time_scale,
         output_tokens_per_s=rate(summary.output_tokens_per_s),
         saturated_output_tokens_per_s=rate(summary.saturated_output_tokens_per_s),

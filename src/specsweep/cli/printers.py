@@ -14,6 +14,7 @@ from rich.status import Status
 from rich.text import Text
 
 from specsweep.analysis.drafters import candidate_of
+from specsweep.analysis.levels import ITL_TIME_SCALE_LIMIT
 from specsweep.analysis.recommendation import Recommendation
 from specsweep.analysis.rig import Rig
 from specsweep.analysis.study import StudyAnalysis
@@ -198,10 +199,10 @@ def print_measurement(out: Console, result: Measurement) -> None:
             f"rates and times in the modelled hardware's units (the emulator's time scale {result.time_scale:g} "
             "undone), as a study and watch give them"
         )
-    if result.time_scale > 10:
+    if result.time_scale > ITL_TIME_SCALE_LIMIT:
         out.print(
-            f"  ITL at time scale {result.time_scale:g}: steps a fraction of a millisecond apart in wall clock can "
-            "arrive together, which reads as longer gaps; TPOT is not affected (run the emulator slower for ITL)"
+            f"ITL is not measured at time scale {result.time_scale:g}: steps under a few milliseconds of wall clock "
+            f"apart arrive together; TPOT is not affected (run the emulator at {ITL_TIME_SCALE_LIMIT:g} or slower)"
         )
     clock = "wall clock" if result.time_scale == 1.0 else "modelled"
     for level in result.levels:

@@ -19,7 +19,7 @@ from typing import Any
 
 import optuna
 
-from specsweep.analysis.levels import acceptance_by_subcategory
+from specsweep.analysis.levels import acceptance_by_subcategory, summary_in_modelled_time
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
@@ -45,6 +45,7 @@ def level_figures(
     out: dict[int, LevelFigures] = {}
     for level in measurement.levels:
         s = level.summary
+        latency = summary_in_modelled_time(s, time_scale)  # TPOT and ITL (ITL only at slow time scales)
         acceptance = s.acceptance
         decode = s.decode_tokens_per_s_per_stream
         counts = level.delta.accepted_per_position if level.delta and acceptance else None
@@ -63,10 +64,10 @@ def level_figures(
             num_drafts=acceptance.num_drafts if acceptance else None,
             mean_acceptance_length=acceptance.mean_acceptance_length if acceptance else None,
             notes=tuple(level.notes),
-            tpot_p50_s=s.tpot.p50_s * time_scale if s.tpot else None,
-            tpot_p99_s=s.tpot.p99_s * time_scale if s.tpot else None,
-            itl_p50_s=s.itl.p50_s * time_scale if s.itl else None,
-            itl_p99_s=s.itl.p99_s * time_scale if s.itl else None,
+            tpot_p50_s=latency.tpot.p50_s if latency.tpot else None,
+            tpot_p99_s=latency.tpot.p99_s if latency.tpot else None,
+            itl_p50_s=latency.itl.p50_s if latency.itl else None,
+            itl_p99_s=latency.itl.p99_s if latency.itl else None,
             by_subcategory=(acceptance_by_subcategory(level.records, subcategories) or None) if subcategories else None,
         )
     return out
