@@ -224,6 +224,36 @@ def test_a_workload_file_of_any_bytes(tmp_path_factory: pytest.TempPathFactory, 
         assert str(path) in str(exc)
 
 
+_turn = st.dictionaries(st.sampled_from(["from", "value", "role", "content"]), st.one_of(
+    st.sampled_from(["human", "gpt", "system", "user", "assistant", "robot"]), st.text(max_size=8), st.integers()
+), max_size=3)  # fmt: skip
+_foreign = st.one_of(
+    st.builds(lambda turns: {"conversations": turns}, st.lists(_turn, max_size=3)),
+    st.builds(lambda turns: {"messages": turns, "tools": []}, st.lists(_turn, max_size=3)),
+    _json,
+)
+
+
+@FUZZ
+@given(st.lists(_foreign, max_size=4), st.sampled_from([".json", ".jsonl", ".txt"]))
+def test_any_file_in_another_format_reads_or_names_the_record_to_fix(
+    tmp_path_factory: pytest.TempPathFactory, records: list, suffix: str
+) -> None:
+    """ShareGPT, OpenAI chat or plain text: prompts whose first message carries the nonce, or one line
+    that names the file and the line or record."""
+    path = tmp_path_factory.getbasetemp() / f"foreign{suffix}"
+    text = json.dumps(records) if suffix == ".json" else "\n".join(json.dumps(r) for r in records)
+    path.write_text(text)
+    try:
+        workload = load_workload(path)
+    except WorkloadError as exc:
+        message = str(exc)
+        assert message.startswith(f"workload {path}") and "\n" not in message, message
+    else:
+        for prompt in workload.prompts:
+            assert prompt.chat_messages("n")[0]["content"].startswith("[n] ")
+
+
 # -- a wrong study file starts nothing ---------------------------------------------------------
 
 WRONG = {

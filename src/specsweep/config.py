@@ -123,6 +123,7 @@ class Objective:
 
     concurrency: int = 1
     max_ttft_p95_s: float | None = None
+    max_itl_p99_s: float | None = None  # the recommendation keeps to configurations within it (analysis/latency.py)
     max_errors: int = 0
 
 
@@ -396,7 +397,11 @@ def _parse_measure(table: RecordTable) -> MeasureConfig:
 def _parse_objective(table: RecordTable) -> Objective:
     concurrency = table.get("concurrency", int)
     ttft = table.get("max_ttft_p95_s", float)
+    itl = table.get("max_itl_p99_s", float)
     errors = table.get("max_errors", int)
-    if concurrency < 1 or (ttft is not None and ttft <= 0) or errors < 0:
-        raise ConfigError(f"{table.source}: [objective] needs concurrency >= 1, max_ttft_p95_s > 0, max_errors >= 0.")
-    return Objective(concurrency=concurrency, max_ttft_p95_s=ttft, max_errors=errors)
+    if concurrency < 1 or (ttft is not None and ttft <= 0) or (itl is not None and itl <= 0) or errors < 0:
+        raise ConfigError(
+            f"{table.source}: [objective] needs concurrency >= 1, max_ttft_p95_s > 0, max_itl_p99_s > 0, "
+            "max_errors >= 0."
+        )
+    return Objective(concurrency=concurrency, max_ttft_p95_s=ttft, max_itl_p99_s=itl, max_errors=errors)

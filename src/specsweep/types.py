@@ -208,6 +208,14 @@ class LevelFigures:
     # rate where smaller): the part of the run-to-run noise a start shows by itself (None: studies
     # from before it was kept)
     relative_se: float | None = None
+    # time per output token and inter-token latency (docs/glossary.md), p50 and p99 over the level
+    tpot_p50_s: float | None = None
+    tpot_p99_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p99_s: float | None = None
+    # per workload subcategory: requests, tokens, steps (and llama.cpp's drafted, accepted), summed
+    # (analysis/levels.acceptance_by_subcategory)
+    by_subcategory: dict[str, dict[str, float]] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -260,6 +268,7 @@ class StudySettings:
     noise_prior: RunNoisePrior | None = None  # the engine's (engines/registry.py), not stored
     engine_version: str | None = None  # what the measured server said of itself (its vocabulary)
     engine_flags: frozenset[str] | None = None  # the flag names the server binary's --help listed (llama.cpp)
+    max_itl_p99_s: float | None = None  # a latency target the recommendation keeps to (analysis/latency.py)
 
     @property
     def workloads(self) -> tuple[str, ...]:

@@ -6,6 +6,8 @@ One JSON object per line, either a plain prompt or OpenAI chat messages:
     {"id": "t-7", "messages": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."}]}
 
 ``id`` and ``subcategory`` are optional. Blank lines and lines starting with ``//`` are skipped.
+A file in another format (ShareGPT, OpenAI chat JSON Lines, plain text) is read through
+workload_formats.py into the same records.
 Every request specsweep sends carries a fresh nonce at the very start of its first message, so
 a prefix cache can never serve a repeated prompt and fake a short time to first token.
 """
@@ -15,12 +17,13 @@ from __future__ import annotations
 import json
 import secrets
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from specsweep.errors import WorkloadError
+from specsweep.workload_formats import Converted, detect_and_convert, json_lines
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +64,8 @@ class Workload:
     name: str
     source: str
     prompts: tuple[WorkloadPrompt, ...]
+    format: str = "specsweep"  # the file's format: specsweep, sharegpt, openai-chat or text
+    notes: tuple[str, ...] = ()  # what reading it in another format left out
 
     def subcategories(self) -> Counter[str]:
         return Counter(p.subcategory for p in self.prompts)
@@ -94,22 +99,58 @@ def load_workload(name_or_path: str | Path) -> Workload:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkloadError(f"workload {path}: cannot read it as UTF-8 text ({exc}).") from None
-    return parse_workload(text, name=path.stem, source=str(path))
+    converted = detect_and_convert(text, source=str(path), suffix=path.suffix.lower())
+    if converted is None:
+        return parse_workload(text, name=path.stem, source=str(path))
+    return workload_from_records(converted, name=path.stem, source=str(path))
+
+
+def workload_from_records(converted: Converted, *, name: str, source: str) -> Workload:
+    """A Workload from records read in another format, each checked as a line of a JSONL file is."""
+    prompts: list[WorkloadPrompt] = []
+    seen: set[str] = set()
+    for number, (where, record) in enumerate(converted.records, 1):
+        prompt = _parse_record(record, where, default_id=f"{name}-{number}")
+        if prompt.id in seen:
+            prompt = replace(prompt, id=f"{prompt.id}-{number}")  # other formats' ids need not be unique
+        seen.add(prompt.id)
+        prompts.append(prompt)
+    if not prompts:
+        raise WorkloadError(f"workload {source} ({converted.format}): no prompts in it.")
+    return Workload(name=name, source=source, prompts=tuple(prompts), format=converted.format, notes=converted.notes)
+
+
+def too_small(workload: Workload, requests: int) -> str | None:
+    """A warning when a level sends more requests than the workload has prompts: prompts repeat
+    (each with a fresh nonce), and acceptance rests on fewer different outputs than it seems."""
+    if len(workload.prompts) >= requests:
+        return None
+    return (
+        f"workload {workload.name} has {len(workload.prompts)} prompts, fewer than the {requests} requests a level "
+        "sends: prompts repeat, and the acceptance measured rests on fewer different outputs; add prompts"
+    )
+
+
+def workload_jsonl(workload: Workload) -> str:
+    """The workload in specsweep's own JSON Lines format."""
+    lines = []
+    for prompt in workload.prompts:
+        record: dict[str, Any] = {"id": prompt.id}
+        if prompt.subcategory:
+            record["subcategory"] = prompt.subcategory
+        if prompt.prompt is not None:
+            record["prompt"] = prompt.prompt
+        else:
+            record["messages"] = list(prompt.messages or ())
+        lines.append(json.dumps(record, ensure_ascii=False))
+    return "\n".join(lines) + "\n"
 
 
 def parse_workload(text: str, *, name: str, source: str) -> Workload:
     """Parse JSONL text into a Workload; errors name the line and what to fix."""
     prompts: list[WorkloadPrompt] = []
     seen: set[str] = set()
-    for number, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith("//"):
-            continue
-        where = f"workload {source} line {number}"
-        try:
-            record = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"{where}: not valid JSON ({exc.msg}); each line must be one JSON object.") from None
+    for number, where, record in json_lines(text, source):
         prompt = _parse_record(record, where, default_id=f"{name}-{number}")
         if prompt.id in seen:
             raise WorkloadError(f"{where}: id {prompt.id!r} is used twice; ids must be unique.")

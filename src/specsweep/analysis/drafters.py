@@ -9,8 +9,10 @@ and step time belong to a drafter; k picks a point on its curves.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specsweep.errors import ConfigError
 from specsweep.types import SpeculativeConfig
 
 # Fields of a spec config that say how long or how drafts are drawn, not which drafter runs.
@@ -97,3 +99,35 @@ def drafter_fields(drafter: Drafter) -> dict[str, object]:
     if drafter.draft_sample_method != "greedy":
         fields["draft_sample_method"] = drafter.draft_sample_method
     return fields
+
+
+def find_drafter(
+    drafters: Sequence[Drafter], name: str | None, *, draft_sample_method: str | None = None, flag: str = "--drafter"
+) -> Drafter:
+    """The one drafter of ``drafters`` that ``name`` names: its label (``dspark (probabilistic)``),
+    its method (``dspark``) or its draft sampling (``probabilistic``) where that is unambiguous;
+    ``draft_sample_method`` narrows further (a running config says it). No name: the only drafter.
+    ConfigError, naming every drafter by its label, when none or several match."""
+    listed = ", ".join(repr(d.label) for d in drafters) or "none"
+    chosen = list(drafters)
+    if name is not None:
+        wanted = name.strip()
+        chosen = [d for d in chosen if wanted in (d.label, d.method, d.method.split(" ", 1)[0], d.draft_sample_method)]
+        if not chosen:
+            raise ConfigError(f"the rig has no drafter {name!r}; its drafters are {listed}: name one with {flag}.")
+    if draft_sample_method is not None:
+        chosen = [d for d in chosen if d.draft_sample_method == draft_sample_method]
+        if not chosen:
+            raise ConfigError(
+                f"the rig has no drafter that drafts {draft_sample_method} as the server does; its drafters are "
+                f"{listed}: measure a rig with this one (specsweep study)."
+            )
+    if len(chosen) == 1:
+        return chosen[0]
+    if not chosen:
+        raise ConfigError("the rig has no drafter: measure a rig with speculation on (specsweep study).")
+    several = ", ".join(repr(d.label) for d in chosen)
+    raise ConfigError(
+        f"the rig has {len(chosen)} drafters that could be the running one ({several}): "
+        f"name it, e.g. {flag} '{chosen[-1].label}'."
+    )

@@ -8,8 +8,9 @@ it, with their ratio: the server's runs higher because it leaves out TTFT and sc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -27,6 +28,30 @@ class Spread:
     max: float
     mean: float
     n: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Latency:
+    """A latency's median and 99th percentile, in seconds, over ``n`` values."""
+
+    p50_s: float
+    p99_s: float
+    n: int
+
+
+def latency(values: Sequence[float]) -> Latency | None:
+    """p50 and p99 of a list of seconds (None when empty)."""
+    if not values:
+        return None
+    array = np.asarray(values, dtype=float)
+    return Latency(p50_s=float(np.percentile(array, 50)), p99_s=float(np.percentile(array, 99)), n=len(values))
+
+
+def inter_token_gaps(record: RequestRecord) -> list[float]:
+    """Seconds between consecutive streamed chunks that carried tokens (the inter-token latency as
+    a client sees it: with speculation a chunk carries every token of one verification step)."""
+    times = record.chunk_times_s or ()
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +97,9 @@ class LevelSummary:
     # (acceptance is then None), None when the server has no draft counters
     counted_drafts: float | None = None
     cut_requests: int = 0  # in flight when the level stopped, closed mid-stream (not in ``requests``)
+    # time per output token after the first, per request; the gap between token-carrying chunks
+    tpot: Latency | None = None
+    itl: Latency | None = None
 
 
 def spread(values: Sequence[float]) -> Spread | None:
@@ -151,6 +179,8 @@ def summarize_level(
         gauge_accept_length=gauge_accept_length,
         counted_drafts=delta.num_drafts if delta is not None else None,
         cut_requests=len(cut),
+        tpot=latency([1.0 / v for v in decode if v > 0]),
+        itl=latency([gap for r in ok for gap in inter_token_gaps(r)]),
     )
 
 
@@ -191,3 +221,73 @@ def client_acceptance(records: Sequence[RequestRecord]) -> ClientAcceptance | No
         verify_steps=steps,
         mean_acceptance_length=sum(r.completion_tokens or 0 for r in verified) / steps if steps else None,
     )
+
+
+# The fastest emulator time scale at which the gaps between streamed chunks are the modelled
+# steps: faster, a step is under a few milliseconds of wall clock and consecutive steps arrive
+# together (at 100, half the gaps read 0), so ITL is not kept.
+ITL_TIME_SCALE_LIMIT = 10.0
+
+
+def summary_in_modelled_time(summary: LevelSummary, time_scale: float) -> LevelSummary:
+    """A level measured on a server running ``time_scale`` times faster than the hardware it
+    models (the emulator), in the modelled hardware's units: rates divided, durations multiplied;
+    ITL only up to ITL_TIME_SCALE_LIMIT."""
+    if time_scale == 1.0:
+        return summary
+
+    def scaled(value: Spread | None, factor: float) -> Spread | None:
+        if value is None:
+            return None
+        return replace(
+            value, p50=value.p50 * factor, p95=value.p95 * factor, min=value.min * factor, max=value.max * factor,
+            mean=value.mean * factor,
+        )  # fmt: skip
+
+    def rate(value: float | None) -> float | None:
+        return None if value is None else value / time_scale
+
+    def duration(value: Latency | None) -> Latency | None:
+        return None if value is None else replace(value, p50_s=value.p50_s * time_scale, p99_s=value.p99_s * time_scale)
+
+    return replace(
+        summary,
+        tpot=duration(summary.tpot),
+        itl=duration(summary.itl) if time_scale <= ITL_TIME_SCALE_LIMIT else None,
+        wall_s=summary.wall_s * time_scale,
+        output_tokens_per_s=rate(summary.output_tokens_per_s),
+        saturated_output_tokens_per_s=rate(summary.saturated_output_tokens_per_s),
+        decode_tokens_per_s_per_stream=scaled(summary.decode_tokens_per_s_per_stream, 1.0 / time_scale),
+        ttft_s=scaled(summary.ttft_s, time_scale),
+        prefill_tokens_per_s=scaled(summary.prefill_tokens_per_s, 1.0 / time_scale),
+        server_generation_tokens_per_s=rate(summary.server_generation_tokens_per_s),
+    )
+
+
+def acceptance_by_subcategory(
+    records: Sequence[RequestRecord], subcategory_of: Mapping[str, str]
+) -> dict[str, dict[str, float]]:
+    """Per workload subcategory, the sums that give its tokens per verification step: ``tokens``
+    over ``steps`` (SGLang's per-request verification steps where a response says them, else one
+    step per streamed chunk after the first: with speculation a chunk carries one step's
+    tokens), and llama.cpp's ``drafted`` and ``accepted`` tokens where responses carry them.
+    Sums, so levels and trials add up. Requests whose prompt has no subcategory are left out."""
+    out: dict[str, dict[str, float]] = {}
+    for record in records:
+        tag = subcategory_of.get(record.prompt_id, "")
+        if not tag or not record.ok:
+            continue
+        if record.spec_verify_ct:
+            tokens, steps = float(record.completion_tokens or 0), float(record.spec_verify_ct)
+        else:
+            tokens, steps = float((record.completion_tokens or 0) - 1), float(record.num_chunks - 1)
+        if steps <= 0:
+            continue
+        sums = out.setdefault(tag, {"requests": 0.0, "tokens": 0.0, "steps": 0.0})
+        sums["requests"] += 1
+        sums["tokens"] += tokens
+        sums["steps"] += steps
+        if record.draft_n:
+            sums["drafted"] = sums.get("drafted", 0.0) + record.draft_n
+            sums["accepted"] = sums.get("accepted", 0.0) + (record.draft_n_accepted or 0)
+    return out

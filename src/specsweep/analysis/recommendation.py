@@ -23,6 +23,7 @@ import numpy as np
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
 from specsweep.analysis.fits import band
+from specsweep.analysis.latency import LatencyLimit
 from specsweep.analysis.rates import AcceptanceInput, RateSample, sample_rates
 from specsweep.analysis.throughput import ThroughputModel
 from specsweep.errors import FitError
@@ -95,23 +96,29 @@ def recommend_draft_length(
     seed: int = 0,
     acceptance_scale: Mapping[Drafter, Mapping[int, float]] | None = None,
     tolerance: float = 0.01,
+    limit: LatencyLimit | None = None,
 ) -> Recommendation:
     """Best k and drafter for one workload at one measured concurrency (see the module doc).
 
     ``acceptance_scale``: see sample_rates. ``tolerance``: a tied candidate that cannot be more
-    than this share faster than the choice is one either of which is fine."""
+    than this share faster than the choice is one either of which is fine. ``limit``: a latency
+    target; only the candidates it keeps compete (all of them, said in the reason, when it keeps
+    none)."""
     sample = sample_rates(
         model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed,
         acceptance_scale=acceptance_scale,
     )  # fmt: skip
-    chosen = int(np.argmax(sample.tokens_per_s))
+    kept = [j for j, c in enumerate(sample.candidates) if limit is None or limit.allows(c)]
+    unmet = limit is not None and not kept
+    kept = kept or list(range(len(sample.candidates)))
+    chosen = max(kept, key=lambda j: sample.tokens_per_s[j])
     shortfall = sample.draws[:, chosen : chosen + 1] - sample.draws
     shortfall_point = sample.tokens_per_s[chosen] - sample.tokens_per_s
     short_low, short_high = band(shortfall, shortfall_point, confidence)
     rate_low, rate_high = band(sample.draws, sample.tokens_per_s, confidence)
     choice = sample.candidates[chosen]
     tied = sorted(
-        (j for j in range(len(sample.candidates)) if j != chosen and short_low[j] <= 0.0),
+        (j for j in kept if j != chosen and short_low[j] <= 0.0),
         key=lambda j: -sample.tokens_per_s[j],
     )
 
@@ -134,7 +141,12 @@ def recommend_draft_length(
         for j, c in enumerate(sample.candidates)
     )
     fine = [j for j in tied if -short_low[j] <= tolerance * sample.tokens_per_s[chosen]]
-    reason = _reason(sample, chosen, tied, fine, short_low, short_high, confidence, tolerance)
+    reason = _reason(sample, chosen, tied, fine, short_low, short_high, confidence, tolerance, kept)
+    if limit is not None:
+        if unmet:
+            reason += f" The latency target is not met here: {limit.describe()}."
+        else:
+            reason += f" Latency target: {limit.describe()}."
     return Recommendation(
         workload=workload,
         concurrency=concurrency,
@@ -166,10 +178,11 @@ def _reason(
     high: np.ndarray,
     confidence: float,
     tolerance: float,
+    kept: list[int] | None = None,
 ) -> str:
     top, rate = sample.candidates[chosen], sample.tokens_per_s
     text = f"{top.label} has the highest predicted rate ({rate[chosen]:.1f} tok/s)"
-    others = [j for j in range(len(rate)) if j != chosen]
+    others = [j for j in (kept if kept is not None else range(len(rate))) if j != chosen]
     if others:
         runner = min(others, key=lambda j: rate[chosen] - rate[j])
         text += (

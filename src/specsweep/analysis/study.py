@@ -24,6 +24,7 @@ from typing import Any
 from specsweep.analysis.aggregate import fit_aggregate_acceptance
 from specsweep.analysis.drafters import Drafter, candidate_of, drafter_of
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
+from specsweep.analysis.latency import itl_limit
 from specsweep.analysis.noise import run_to_run_noise
 from specsweep.analysis.rates import RatePrediction, predict_throughput
 from specsweep.analysis.recommendation import Recommendation, recommend_draft_length
@@ -134,6 +135,7 @@ def analyze_study(
     noise_prior: RunNoisePrior | None = None,
     tolerance: float = 0.01,
     table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
+    max_itl_p99_s: float | None = None,
 ) -> StudyAnalysis:
     """Fit, model and recommend for every workload and concurrency level a study measured.
 
@@ -188,9 +190,17 @@ def analyze_study(
                     workload=workload, concurrency=level, rows=predict_throughput(model, model_inputs, **args)
                 )
             )
+            limit = itl_limit(measured, workload, level, max_itl_p99_s) if max_itl_p99_s is not None else None
             mine.append(
                 recommend_draft_length(
-                    model, model_inputs, workload=workload, baseline=base, k_min=k_min, tolerance=tolerance, **args
+                    model,
+                    model_inputs,
+                    workload=workload,
+                    baseline=base,
+                    k_min=k_min,
+                    tolerance=tolerance,
+                    limit=limit,
+                    **args,
                 )
             )
         recommendations.extend(mine)
@@ -240,6 +250,7 @@ def analyze_with_settings(
         noise_prior=settings.noise_prior,
         tolerance=settings.tolerance,
         table_refusal=table_refusal,
+        max_itl_p99_s=settings.max_itl_p99_s,
     )
 
 

@@ -290,7 +290,7 @@ def _fit_line(concurrency: int, drafter: Drafter | None, pts, off_points, pooled
     if drafter is None:  # speculation off: measured only, nothing to extrapolate
         t0 = points[0].step_time_s
         return _record(
-            concurrency, None, points, t0, 0.0, np.zeros((2, 2)), pooled, pooled_df, "speculation off: measured",
+            concurrency, None, points, t0, 0.0, np.zeros((2, 2)), pooled, pooled_df, "measured; no draft length to fit",
             False,
         )  # fmt: skip
     if np.unique(ks).size >= 2:

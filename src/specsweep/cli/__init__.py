@@ -82,4 +82,19 @@ def _root(
 
 def main() -> None:
     """Entry point: typer's standalone mode exits with the command's code (2 for a usage error)."""
+    sys.argv[1:] = old_spellings(sys.argv[1:])
     app(prog_name="specsweep")
+
+
+def old_spellings(args: list[str]) -> list[str]:
+    """Command lines in spellings from before options meant one thing everywhere, kept working for
+    now: ``measure --json FILE`` (now ``--out DIR``; ``--json`` alone prints JSON, as in watch)."""
+    if args[:1] != ["measure"]:
+        return args
+    out = list(args)
+    for i, arg in enumerate(out):
+        if arg.startswith("--json="):
+            out[i] = "--json-file=" + arg.removeprefix("--json=")
+        elif arg == "--json" and i + 1 < len(out) and not out[i + 1].startswith("-"):
+            out[i] = "--json-file"
+    return out

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+import sys
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from specsweep.cli.options import check_levels, one_of
+from specsweep.cli.options import check_duration, check_levels, check_url, one_of, seconds_of
 from specsweep.cli.printers import print_measurement, print_rig_recommendation
 from specsweep.config import parse_concurrency
 from specsweep.errors import ConfigError
@@ -21,17 +23,20 @@ from specsweep.runtime.measure import (
     MeasureSettings,
     RequestDone,
     WarmingUp,
+    in_modelled_time,
     run_measure,
     thin_levels,
 )
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
-from specsweep.tuning.rig import recommend_for_measurement
+from specsweep.tuning.rig import recommend_for_measurement, rig_drafter
 from specsweep.tuning.rig_file import check_server_against_rig, load_rig
-from specsweep.workload import load_workload
+from specsweep.workload import load_workload, too_small
+
+MEASUREMENT_FILE = "measurement.json"  # what --out DIR holds
 
 
 def measure(
-    endpoint: str = typer.Option(..., help="Base URL of the server, e.g. http://127.0.0.1:8000"),
+    endpoint: str = typer.Option(..., callback=check_url, help="Base URL of the server, e.g. http://127.0.0.1:8000"),
     workload: str = typer.Option("prose", help="prose, technical, or a JSONL file of your own."),
     engine: str = typer.Option(None, help="vllm, sglang or llama.cpp (default: detected from /metrics)."),
     model: str = typer.Option(None, help="Model name to send (default: the first one /v1/models lists)."),
@@ -52,12 +57,24 @@ def measure(
     ),
     api_key_env: str = typer.Option(None, help="Environment variable holding the bearer token."),
     seed: int = typer.Option(0, help="Seed of the prompt order."),
-    timeout: float = typer.Option(600.0, min=1.0, help="Seconds one request may take."),
-    json_path: Path = typer.Option(None, "--json", help="Also write every figure and request to this JSON file."),
+    timeout: str = typer.Option(
+        "600s", callback=check_duration, help="How long one request may take: 600s, 10m, or seconds."
+    ),
+    out_dir: Path = typer.Option(
+        None, "--out", help=f"Also write every figure and request to {MEASUREMENT_FILE} in this folder."
+    ),
+    json_output: bool = typer.Option(
+        False, "--json", help="Print the measurement as JSON on stdout (the text goes to stderr)."
+    ),
+    json_path: Path = typer.Option(None, "--json-file", hidden=True, help="Old spelling: write the JSON to this file."),
     rig: Path = typer.Option(
         None, help="A rig file (studies/NAME/rig.json): also recommend k for this workload, with no restart."
     ),
-    drafter: str = typer.Option(None, help="With --rig: the running server's draft method, if the rig has several."),
+    drafter: str = typer.Option(
+        None,
+        help="With --rig: the running drafter, as the rig names it (e.g. 'dspark (probabilistic)'; "
+        "specsweep rig lists them), when the rig has several.",
+    ),
     server_args: str = typer.Option(
         None, help="With --rig: the command line the server was started with, to check against the rig's flags."
     ),
@@ -75,12 +92,14 @@ def measure(
     expected gain over the running configuration (docs/rigs.md).
     """
     loaded_rig = load_rig(rig) if rig is not None else None
-    identity = None
+    # What the server says it is; the emulator also says its time scale, undone in what is printed.
+    identity = read_server_identity(endpoint, engine)
     unchecked: tuple[str, ...] = ()
     if loaded_rig is not None:
-        identity = read_server_identity(endpoint, engine)
         args = shlex.split(server_args) if server_args else None
         unchecked = check_server_against_rig(loaded_rig, identity, server_args=args)
+        # Which of the rig's drafters the server runs is settled before any request is sent.
+        drafter = rig_drafter(loaded_rig, drafter).label
         if concurrency is None:
             concurrency = ",".join(str(b) for b in loaded_rig.concurrency_levels)
     settings = MeasureSettings(
@@ -96,13 +115,14 @@ def measure(
         rate_per_s=rate,
         api_key=api_key_from_env(api_key_env),
         seed=seed,
-        timeout_s=timeout,
+        timeout_s=seconds_of(timeout, flag="--timeout"),
     )
     loaded = load_workload(workload)
     console = Console(stderr=True)
     thin = None if rate else thin_levels(settings.concurrency, settings.requests)
-    if thin:  # with the report on stdout: stderr keeps one line for an error
-        Console(soft_wrap=True).print(f"[yellow]note:[/yellow] {thin}")
+    for note in (thin, too_small(loaded, settings.requests), *loaded.notes):
+        if note:  # with the report on stdout: stderr keeps one line for an error
+            Console(soft_wrap=True, stderr=json_output).print(f"[yellow]note:[/yellow] {note}")
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -133,13 +153,19 @@ def measure(
                 progress.update(tasks[level], advance=1, rate=live)
 
         result = run_measure(settings, loaded, on_event=on_event)
-    out = Console(soft_wrap=True)
-    print_measurement(out, result)
-    if json_path is not None:
-        write_json_atomic(json_path, measurement_to_dict(result))
-        out.print(f"wrote {json_path}")
+    out = Console(soft_wrap=True, stderr=json_output)
+    shown = in_modelled_time(result, identity.time_scale)
+    print_measurement(out, shown)
+    record = measurement_to_dict(shown)
+    if json_output:
+        sys.stdout.write(json.dumps(record, indent=2) + "\n")
+    for path in (out_dir / MEASUREMENT_FILE if out_dir is not None else None, json_path):
+        if path is not None:
+            write_json_atomic(path, record)
+            out.print(f"wrote {path}")
     if result.error:
-        raise ConfigError(f"measurement stopped: {result.error} (levels measured before it are shown above)")
-    if loaded_rig is not None and identity is not None:
+        kept = " (levels measured before it are shown above)" if result.levels else ""
+        raise ConfigError(f"measurement stopped: {result.error}{kept}")
+    if loaded_rig is not None:
         on_rig = recommend_for_measurement(loaded_rig, result, identity, drafter=drafter, seed=seed)
         print_rig_recommendation(out, loaded_rig, rig, on_rig, unchecked=unchecked)

@@ -56,3 +56,11 @@ def check_duration(value: str | None) -> str | None:
         except ConfigError as exc:
             raise typer.BadParameter(str(exc)) from None
     return value
+
+
+def check_url(value: str | None) -> str | None:
+    """A server's base URL: it names its scheme (httpx sends nothing without one)."""
+    if value is not None and not value.startswith(("http://", "https://")):
+        bare = value.split("://", 1)[-1]
+        raise typer.BadParameter(f"{value!r} has no http:// or https://; write http://{bare} (or https://).")
+    return value

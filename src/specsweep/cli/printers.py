@@ -14,11 +14,12 @@ from rich.status import Status
 from rich.text import Text
 
 from specsweep.analysis.drafters import candidate_of
+from specsweep.analysis.levels import ITL_TIME_SCALE_LIMIT
 from specsweep.analysis.recommendation import Recommendation
 from specsweep.analysis.rig import Rig
 from specsweep.analysis.study import StudyAnalysis
 from specsweep.analysis.watch import WatchReport
-from specsweep.report.study_report import recommendation_summary, snippet_for, snippet_heading
+from specsweep.report.study_report import baseline_name, recommendation_summary, snippet_for, snippet_heading
 from specsweep.report.watch_report import summary_lines, window_lines
 from specsweep.runtime.measure import LevelResult, LevelStarted, Measurement, RequestDone, WarmingUp
 from specsweep.tuning.events import (
@@ -34,6 +35,7 @@ from specsweep.tuning.events import (
     TrialStarting,
     Waiting,
 )
+from specsweep.tuning.plan import StudyPlan
 from specsweep.tuning.rig import WorkloadOnRig
 from specsweep.tuning.rig_study import RigStudyOutcome
 from specsweep.tuning.stored import pick_best
@@ -90,7 +92,7 @@ def print_rig(out: Console, built: Rig) -> None:
     if built.identity.server_args:
         out.print(f"  flags: {' '.join(built.identity.server_args)}")
     for fit in built.model.fits:
-        name = "off" if fit.drafter is None else fit.drafter.method
+        name = "speculation off" if fit.drafter is None else fit.drafter.label
         points = ", ".join(f"k={p.num_speculative_tokens} {1000 * p.step_time_s:.2f}" for p in fit.points)
         out.print(
             f"  concurrency {fit.concurrency}, {name}: decode step ms {points}; line "
@@ -200,11 +202,22 @@ def print_measurement(out: Console, result: Measurement) -> None:
         f"{s.requests} requests x {s.max_tokens} tokens per level, temperature {s.temperature:g}, "
         "token counts from usage"
     )
+    if result.time_scale != 1.0:
+        out.print(
+            f"rates and times in the modelled hardware's units (the emulator's time scale {result.time_scale:g} "
+            "undone), as a study and watch give them"
+        )
+    if result.time_scale > ITL_TIME_SCALE_LIMIT:
+        out.print(
+            f"ITL is not measured at time scale {result.time_scale:g}: steps under a few milliseconds of wall clock "
+            f"apart arrive together; TPOT is not affected (run the emulator at {ITL_TIME_SCALE_LIMIT:g} or slower)"
+        )
+    clock = "wall clock" if result.time_scale == 1.0 else "modelled"
     for level in result.levels:
-        _print_level(out, level)
+        _print_level(out, level, clock=clock)
 
 
-def _print_level(out: Console, level: LevelResult) -> None:
+def _print_level(out: Console, level: LevelResult, *, clock: str = "wall clock") -> None:
     m = level.summary
     label = "single stream" if m.concurrency == 1 else f"{m.concurrency} concurrent"
     out.print(f"\n[bold]{label}[/bold]  ({m.requests} requests, {m.errors} failed, {m.wall_s:.1f} s)")
@@ -213,13 +226,16 @@ def _print_level(out: Console, level: LevelResult) -> None:
         busy = ""
         if m.saturated_output_tokens_per_s is not None and m.concurrency > 1:
             busy = f" ({m.saturated_output_tokens_per_s:.1f} while all {m.concurrency} streams were busy)"
-        out.print(f"  {m.output_tokens_per_s:8.1f} tok/s aggregate output, wall clock{busy}")
+        out.print(f"  {m.output_tokens_per_s:8.1f} tok/s aggregate output, {clock}{busy}")
     if decode is not None:
         out.print(
             f"  {decode.p50:8.1f} tok/s decode per stream (p50; {_range(decode.min, decode.max)} across requests)"
         )
     if ttft is not None:
         out.print(f"  TTFT {_range(ttft.min, ttft.max, 3)} s (p50 {ttft.p50:.3f}, p95 {ttft.p95:.3f})")
+    if m.tpot is not None:
+        itl = f"; ITL p50 {1000 * m.itl.p50_s:.1f} ms, p99 {1000 * m.itl.p99_s:.1f} ms" if m.itl else ""
+        out.print(f"  TPOT p50 {1000 * m.tpot.p50_s:.1f} ms, p99 {1000 * m.tpot.p99_s:.1f} ms{itl}")
     if m.prefill_tokens_per_s is not None:
         out.print(f"  prefill {m.prefill_tokens_per_s.max:,.0f} tok/s peak (prompt tokens / TTFT)")
     if m.tokens_per_chunk is not None:
@@ -319,15 +335,20 @@ def print_best_measured(out: Console, configs: Sequence[MeasuredConfig], setting
             if pick is None:
                 continue
             gains = []
-            if pick.off_rate:
+            if pick.off_rate and pick.best.spec is not None:
                 gains.append(f"{100 * (pick.rate / pick.off_rate - 1):+.1f}% vs speculation off")
-            if pick.baseline_rate:
-                gains.append(f"{100 * (pick.rate / pick.baseline_rate - 1):+.1f}% vs baseline")
+            if pick.baseline_rate and settings.baseline is not None:
+                over = baseline_name(candidate_of(settings.baseline, level))
+                gains.append(f"{100 * (pick.rate / pick.baseline_rate - 1):+.1f}% vs {over}")
             gap = f"; runner-up {100 * pick.runner_up_gap:.1f}% slower" if pick.runner_up_gap is not None else ""
             out.print(
                 f"  {name} at concurrency {level}: {candidate_of(pick.best.spec).short_label}  {pick.rate:.1f} tok/s  "
-                f"({', '.join(gains) or 'no reference measured'}{gap})"
+                f"({', '.join(gains) or _no_reference(pick.best)}{gap})"
             )
+
+
+def _no_reference(best: MeasuredConfig) -> str:
+    return "nothing speculative measured here" if best.spec is None else "no reference measured"
 
 
 def print_boot(out: Console, best: MeasuredConfig, *, on_emulator: bool) -> None:
@@ -410,3 +431,30 @@ def _scale(report: WatchReport) -> str:
     if report.time_scale == 1.0:
         return ""
     return f"; rates in the modelled hardware's units (the emulator's time scale {report.time_scale:g} undone)"
+
+
+def print_plan(out: Console, plan: StudyPlan) -> None:
+    """``study --dry-run``: the space, the levels and workloads, and every server command."""
+    out.print(f"[bold]dry run[/bold] of study {plan.name}: nothing is started, nothing is written")
+    first = [c.label for c in plan.configurations if c.first]
+    out.print(
+        f"space: {len(plan.configurations)} distinct configurations on {plan.engine} ({plan.mode} mode), "
+        f"sampler {plan.sampler}; measured first: {', '.join(first) or 'none'}"
+    )
+    if plan.collapsed:
+        out.print(f"  note: {plan.collapsed}")
+    for w in plan.workloads:
+        kinds = ", ".join(f"{tag or '-'} {count}" for tag, count in sorted(w.subcategories.items()))
+        out.print(f"workload {w.name}: weight {w.weight:g}, {w.prompts} prompts ({kinds})")
+    out.print(
+        f"levels: concurrency {', '.join(map(str, plan.concurrency))}; requests {plan.requests}; "
+        f"max_tokens {plan.max_tokens}, temperature {plan.temperature:g}"
+    )
+    out.print(f"objective: {plan.objective}; {plan.budget}")
+    out.print("server command per configuration" + (" (PORT: a free port picked at each start)" if any(
+        " PORT" in c.command for c in plan.configurations) else "") + ":")  # fmt: skip
+    for c in plan.configurations:
+        out.print(f"  {c.label}:", highlight=False)
+        out.print(f"    {c.command}", highlight=False, markup=False)
+    for warning in plan.warnings:
+        out.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)

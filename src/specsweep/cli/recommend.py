@@ -15,7 +15,11 @@ from specsweep.tuning.stored import analyze_stored_study, load_stored_study
 
 
 def recommend(
-    folder: Path = typer.Argument(None, help="Study folder, e.g. studies/emulator-technical."),
+    folder: Path = typer.Argument(
+        None,
+        metavar="FOLDER",
+        help="Study folder, e.g. studies/emulator-technical (required unless --storage and --study-name).",
+    ),
     fmt: str = typer.Option(
         None,
         "--format",
@@ -25,6 +29,11 @@ def recommend(
     workload: str = typer.Option(None, help="Workload whose recommendation to print (default: the study's first)."),
     storage: str = typer.Option(None, help="Optuna storage URL instead of the folder's study.db."),
     study_name: str = typer.Option(None, help="Study name in --storage (default: the folder's name)."),
+    max_itl_p99: float = typer.Option(
+        None,
+        min=0.001,
+        help="A latency target: recommend only configurations whose inter-token latency p99 is within this many ms.",
+    ),
 ) -> None:
     """Print the recommended speculative config as a snippet ready to paste, and nothing else.
 
@@ -33,7 +42,11 @@ def recommend(
     carry a num_speculative_tokens_per_batch_size table.
     """
     study = load_stored_study(folder, storage=storage, name=study_name)
-    stored = analyze_stored_study(study, paste_engine=engine_of_format(fmt).name if fmt else None)
+    stored = analyze_stored_study(
+        study,
+        paste_engine=engine_of_format(fmt).name if fmt else None,
+        max_itl_p99_s=max_itl_p99 / 1000 if max_itl_p99 else None,
+    )
     analysis = stored.analysis
     fmt = fmt or snippet_format_for(stored.settings.engine)
     chosen = workload or analysis.workloads[0]

@@ -32,13 +32,26 @@ def trial_history(study: optuna.Study) -> list[TrialPoint]:
 
 
 def report(
-    folder: Path = typer.Argument(None, help="Study folder, e.g. studies/emulator-technical."),
-    out: Path = typer.Option(None, help="Where to write the report (default: FOLDER/report)."),
+    folder: Path = typer.Argument(
+        None,
+        metavar="FOLDER",
+        help="Study folder, e.g. studies/emulator-technical (required unless --storage and --study-name).",
+    ),
+    out: Path = typer.Option(None, help="Folder to write the report in (default: FOLDER/report)."),
     fmt: str = typer.Option(
-        None, "--format", callback=one_of(FORMATS), help="Snippet format in the report (default: the engine's)."
+        None,
+        "--snippet-format",
+        "--format",
+        callback=one_of(FORMATS),
+        help="Format of the snippet in the report (default: the engine's).",
     ),
     storage: str = typer.Option(None, help="Optuna storage URL instead of the folder's study.db."),
     study_name: str = typer.Option(None, help="Study name in --storage (default: the folder's name)."),
+    max_itl_p99: float = typer.Option(
+        None,
+        min=0.001,
+        help="A latency target: recommend only configurations whose inter-token latency p99 is within this many ms.",
+    ),
 ) -> None:
     """Write the study's report: figures, report.md, a self-contained report.html, results.json.
 
@@ -48,7 +61,11 @@ def report(
     a copied study folder reports with no server.
     """
     study = load_stored_study(folder, storage=storage, name=study_name)
-    stored = analyze_stored_study(study, paste_engine=engine_of_format(fmt).name if fmt else None)
+    stored = analyze_stored_study(
+        study,
+        paste_engine=engine_of_format(fmt).name if fmt else None,
+        max_itl_p99_s=max_itl_p99 / 1000 if max_itl_p99 else None,
+    )
     analysis, configs, settings = stored.analysis, stored.configs, stored.settings
     fmt = fmt or snippet_format_for(settings.engine)
     target = out or (Path(folder) / "report" if folder is not None else Path(f"{study.study_name}-report"))
@@ -58,5 +75,6 @@ def report(
     console = Console(soft_wrap=True)
     print_analysis(console, analysis, fmt, settings=settings, folder=target)
     console.print(
-        f"\nwrote {files.markdown}, {files.html}, {files.results} and {len(files.figures)} figures in {files.folder}"
+        f"\nwrote {files.markdown}, {files.html}, {files.results}, {files.table} and {len(files.figures)} figures in "
+        f"{files.folder}"
     )

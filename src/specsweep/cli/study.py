@@ -14,6 +14,7 @@ from specsweep.cli.printers import (
     print_analysis,
     print_best_measured,
     print_boot,
+    print_plan,
     print_rig_study,
     print_study_time,
 )
@@ -29,15 +30,16 @@ from specsweep.config import (
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.errors import ConfigError, FitError
 from specsweep.report.snippets import render_snippet, snippet_format_for
+from specsweep.tuning.plan import plan_study
 from specsweep.tuning.records import measured_configs
 from specsweep.tuning.rig import build_rig
 from specsweep.tuning.rig_file import RIG_FILE, load_rig, write_rig
 from specsweep.tuning.rig_study import run_rig_study
 from specsweep.tuning.storage import default_worker, is_shared, redact_password
-from specsweep.tuning.stored import analyze_stored_study, best_overall
+from specsweep.tuning.stored import analyze_stored_study, best_overall, nothing_to_compare
 from specsweep.tuning.study import StudyOutcome, StudyRunner
 from specsweep.tuning.study_settings import read_study_settings
-from specsweep.tuning.study_store import study_exists, study_paths
+from specsweep.tuning.study_store import check_resumable, study_exists, study_paths
 
 # The default study: the emulator's default profile (the DGX Spark field report), the report's
 # current configuration as the baseline, draft lengths 1 to 5 with both draft methods at the
@@ -108,6 +110,14 @@ def study(
         help="Differences under this share of a rate do not matter (default: the config's study.tolerance, "
         "0.01): such leaders are either-is-fine and never separated by restarts (docs/search.md).",
     ),
+    max_itl_p99: float = typer.Option(
+        None,
+        min=0.001,
+        help="A latency target: recommend only configurations whose inter-token latency p99 is within this many ms.",
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan and every configuration's server command; start nothing."
+    ),
 ) -> None:
     """Tune draft length and draft sampling: restart the server for each config, measure, recommend.
 
@@ -129,7 +139,12 @@ def study(
         chosen = replace(chosen, measure=replace(chosen.measure, requests=requests))
     if tolerance is not None:
         chosen = replace(chosen, tolerance=tolerance)
+    if max_itl_p99 is not None:
+        chosen = replace(chosen, objective=replace(chosen.objective, max_itl_p99_s=max_itl_p99 / 1000))
     out = Console(soft_wrap=True)
+    if dry_run:
+        print_plan(out, plan_study(chosen))
+        return
     paths = study_paths(chosen, studies_dir, storage)
     shared = is_shared(paths.storage)
     if config is None and not resume and not shared and study_exists(chosen.name, paths.storage):
@@ -137,6 +152,8 @@ def study(
         where = redact_password(paths.storage)
         out.print(f"study {chosen.name} exists in {where}: continuing it (--study-name NAME starts afresh)")
         resume = True
+    if resume and not shared:
+        check_resumable(chosen.name, paths, studies_dir)  # before anything is created
     on_emulator = chosen.server.engine == "emulator"
     if on_emulator:
         out.print(
@@ -168,24 +185,29 @@ def study(
         out.print(f"  leaders: {tie}")
     if outcome.time is not None:
         print_study_time(out, outcome.time)
-    _print_results(out, outcome.study, on_emulator=on_emulator)
+    reported = _print_results(out, outcome.study, on_emulator=on_emulator)
     _write_rig(out, outcome, chosen, paths.folder)
-    if paths.storage.startswith("sqlite:///"):
+    if reported and paths.storage.startswith("sqlite:///"):
         out.print(f"figures, tables and fits: specsweep report {paths.folder}")
 
 
-def _print_results(out: Console, study: optuna.Study, *, on_emulator: bool) -> None:
-    """Best measured configuration per workload and concurrency, the recommendation and its snippet."""
+def _print_results(out: Console, study: optuna.Study, *, on_emulator: bool) -> bool:
+    """Best measured configuration per workload and concurrency, the recommendation and its snippet;
+    False when the study holds too little to report on."""
     configs = measured_configs(study)
     if not configs:
         out.print("[red]no configuration was measured successfully; see the trial logs in the study folder.[/red]")
-        return
+        return False
     settings = read_study_settings(study, configs)
     print_best_measured(out, configs, settings)
+    too_little = nothing_to_compare(configs, study.study_name)
+    if too_little is not None:
+        out.print(f"\n[yellow]no recommendation[/yellow]: {too_little}")
+        return False
     best = best_overall(configs)
     if best is None:
         out.print("[red]no configuration met the objective's constraints.[/red]")
-        return
+        return True
     fmt = snippet_format_for(settings.engine)
     try:
         stored = analyze_stored_study(study, configs=configs, settings=settings)
@@ -195,6 +217,7 @@ def _print_results(out: Console, study: optuna.Study, *, on_emulator: bool) -> N
     else:
         print_analysis(out, stored.analysis, fmt, settings=stored.settings)
     print_boot(out, best, on_emulator=on_emulator)
+    return True
 
 
 def _write_rig(out: Console, outcome: StudyOutcome, config: StudyConfig, folder: Path) -> None:

@@ -15,7 +15,7 @@ from rich.live import Live
 
 from specsweep.analysis.series import intervals_from_snapshots
 from specsweep.analysis.watch import WatchSettings, analyse_windows
-from specsweep.cli.options import check_duration, one_of, seconds_of
+from specsweep.cli.options import check_duration, check_url, one_of, seconds_of
 from specsweep.cli.printers import print_watch, watch_view
 from specsweep.engines.registry import EngineInfo, max_num_seqs_flag
 from specsweep.errors import ConfigError
@@ -48,8 +48,12 @@ def _moment(text: str, flag: str) -> float:
 
 
 def watch(
-    endpoint: str = typer.Option(None, help="Base URL of the running server: read its /metrics live."),
-    prometheus: str = typer.Option(None, help="Base URL of a Prometheus server: read the same series over a range."),
+    endpoint: str = typer.Option(
+        None, callback=check_url, help="Base URL of the running server: read its /metrics live."
+    ),
+    prometheus: str = typer.Option(
+        None, callback=check_url, help="Base URL of a Prometheus server: read the same series over a range."
+    ),
     selector: str = typer.Option(
         None,
         help='With --prometheus: label matchers of the server\'s series, e.g. \'{job="vllm",instance="gpu1:8000"}\'.',
@@ -65,7 +69,11 @@ def watch(
     rig: Path = typer.Option(
         None, help="A rig file (studies/NAME/rig.json): predict and recommend (without: acceptance and load only)."
     ),
-    drafter: str = typer.Option(None, help="The running draft method, when the rig has several."),
+    drafter: str = typer.Option(
+        None,
+        help="The running drafter, as the rig names it (e.g. 'dspark (probabilistic)'; specsweep rig lists them), "
+        "when the rig has several.",
+    ),
     running_config: str = typer.Option(
         None, help="The spec config JSON the server runs: the snippet keeps its fields; needed for SGLang (its k)."
     ),
@@ -80,8 +88,16 @@ def watch(
     json_lines: bool = typer.Option(
         False, "--json", help="One JSON line per interval (live) or per window (Prometheus)."
     ),
-    report: Path = typer.Option(None, help="Also write report.md, report.html, results.json and figures here."),
-    fmt: str = typer.Option(None, "--format", callback=one_of(FORMATS), help="Snippet format (default: the engine's)."),
+    report: Path = typer.Option(
+        None, "--out", "--report", help="Also write report.md, report.html, results.json and figures in this folder."
+    ),
+    fmt: str = typer.Option(
+        None,
+        "--snippet-format",
+        "--format",
+        callback=one_of(FORMATS),
+        help="Format of the snippet to paste (default: the engine's).",
+    ),
     api_key_env: str = typer.Option(None, help="Live: environment variable holding the bearer token for /metrics."),
     seed: int = typer.Option(0, help="Seed of the predictions' draws."),
 ) -> None:

@@ -1,28 +1,66 @@
-"""``specsweep workloads``: what workloads are available, and a check of your own file."""
+"""``specsweep workloads``: what workloads are available, a check of your own file, and an import
+of prompts in the formats you already have (ShareGPT, OpenAI chat JSON Lines, plain text)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from specsweep.workload import bundled_workload_names, load_workload
+from specsweep.errors import ConfigError
+from specsweep.runtime.store import write_atomic
+from specsweep.workload import bundled_workload_names, load_workload, workload_jsonl
 
 
 def workloads(
-    path: list[str] = typer.Argument(None, help="Workload files to check (JSONL); none: list the bundled ones."),
+    path: list[str] = typer.Argument(
+        None, metavar="[FILE]... | import FILE", help="Workload files to check; none: list the bundled ones."
+    ),
+    out: Path = typer.Option(None, help="With import: the folder to write NAME.jsonl in (default: here)."),
+    name: str = typer.Option(None, help="With import: the workload's name (default: the file's)."),
 ) -> None:
-    """List the bundled workloads, or check your own JSONL workload files.
+    """List the bundled workloads, check your own workload files, or import one.
 
-    Format: one JSON object per line, {"prompt": "..."} or {"messages": [...]}, with optional
-    "id" and "subcategory". Pass the name or the path to --workload of other commands.
+    specsweep's format: one JSON object per line, {"prompt": "..."} or {"messages": [...]}, with
+    optional "id" and "subcategory". Files in other formats are read as they are: ShareGPT
+    ("conversations" with human/gpt turns; a JSON array or JSON Lines), OpenAI chat JSON Lines
+    ("messages", answers after the last user turn left out) and plain text (.txt: one prompt per
+    paragraph). "specsweep workloads import FILE" writes such a file in specsweep's format. Pass
+    the name or the path to --workload of other commands (docs/workloads.md).
     """
+    console = Console()
+    if path and path[0] == "import":
+        if len(path) != 2:
+            raise ConfigError("workloads import takes one file: specsweep workloads import FILE [--out DIR].")
+        workload = load_workload(path[1])
+        target = (out or Path(".")) / f"{name or workload.name}.jsonl"
+        if target.resolve() == Path(path[1]).resolve():
+            raise ConfigError(f"{target} is the file being imported; pass --out DIR or --name NAME.")
+        write_atomic(target, workload_jsonl(workload))
+        _print_table(console, [workload], title=None)
+        for note in workload.notes:
+            console.print(f"note: {note}")
+        console.print(
+            f"wrote {target} ({len(workload.prompts)} prompts, read as {workload.format}); use --workload {target}"
+        )
+        return
+    if out is not None or name is not None:
+        raise ConfigError("--out and --name go with import: specsweep workloads import FILE [--out DIR].")
     names = path or bundled_workload_names()
-    table = Table(title="workloads" if not path else None)
-    for column in ("workload", "prompts", "subcategories", "source"):
+    loaded = [load_workload(n) for n in names]
+    _print_table(console, loaded, title="workloads" if not path else None)
+    for workload in loaded:
+        for note in workload.notes:
+            console.print(f"note: {workload.name}: {note}")
+
+
+def _print_table(console: Console, loaded, *, title: str | None) -> None:
+    table = Table(title=title)
+    for column in ("workload", "prompts", "subcategories", "format", "source"):
         table.add_column(column)
-    for name in names:
-        workload = load_workload(name)
+    for workload in loaded:
         subcategories = ", ".join(f"{tag or '-'} {count}" for tag, count in sorted(workload.subcategories().items()))
-        table.add_row(workload.name, str(len(workload.prompts)), subcategories, workload.source)
-    Console().print(table)
+        table.add_row(workload.name, str(len(workload.prompts)), subcategories, workload.format, workload.source)
+    console.print(table)

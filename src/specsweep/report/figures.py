@@ -216,7 +216,7 @@ def history_figure_data(trials: Sequence[TrialPoint], objective_label: str) -> F
                 label="failed", x=tuple(float(t.number) for t in failed), y=tuple(0.0 for _ in failed), style="marker"
             )
         )
-    panel = Panel(title="study history", xlabel="trial", ylabel=objective_label, series=tuple(series))
+    panel = Panel(title="", xlabel="trial", ylabel=objective_label, series=tuple(series))  # the figure's title says it
     return FigureData(title="Study history", panels=(panel,))
 
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specsweep.analysis.drafters import drafter_label
+from specsweep.analysis.drafters import Candidate, drafter_label
 from specsweep.analysis.recommendation import Gain, Recommendation
 from specsweep.analysis.snippet_plan import SnippetPlan
 from specsweep.analysis.study import StudyAnalysis
@@ -24,6 +24,7 @@ from specsweep.report.figures import (
     throughput_figure_data,
 )
 from specsweep.report.snippets import render_snippet, write_adaptive_config
+from specsweep.report.study_tables import RESULTS_CSV, latency_table, results_csv, subcategory_table
 from specsweep.runtime.store import finite_json, write_atomic, write_json_atomic
 from specsweep.types import MeasuredConfig, StudySettings
 
@@ -37,6 +38,7 @@ class ReportFiles:
     html: Path
     results: Path
     figures: tuple[Path, ...]
+    table: Path | None = None  # results.csv
 
 
 def percent(value: float | None, low: float | None = None, high: float | None = None) -> str:
@@ -86,6 +88,20 @@ RECOMMENDATION_HEADER = (
 )  # fmt: skip
 
 
+def recommendation_header(analysis: StudyAnalysis) -> tuple[str, ...]:
+    """The recommendation table's header, its baseline column named by the configuration it is."""
+    over = next((r.gain_over_baseline.over for r in analysis.recommendations if r.gain_over_baseline), None)
+    if over is None:
+        return RECOMMENDATION_HEADER
+    return tuple(f"vs {baseline_name(over)}" if h == "vs baseline" else h for h in RECOMMENDATION_HEADER)
+
+
+def baseline_name(over: Candidate) -> str:
+    """The baseline as the output names it: the configuration it is, and that it is the baseline
+    (search.baseline: what the server ran before the study)."""
+    return f"{over.short_label} (baseline)"
+
+
 def snippet_heading(plan: SnippetPlan) -> str:
     """What the paste runs at each measured level, and how far its table reaches."""
     runs = ", ".join(f"{b}: {c.short_label}" for b, c in sorted(plan.choice_by_concurrency.items()))
@@ -129,7 +145,7 @@ def write_report(
     blocks: list[doc.Block] = [doc.Heading(text=f"specsweep report: {name}", level=1)]
     blocks.append(doc.Paragraph(text=_summary(analysis, configs, settings, history)))
     blocks.append(doc.Heading(text="Recommendation"))
-    blocks.append(doc.Table(header=RECOMMENDATION_HEADER, rows=tuple(recommendation_rows(analysis))))
+    blocks.append(doc.Table(header=recommendation_header(analysis), rows=tuple(recommendation_rows(analysis))))
     for workload in analysis.workloads:
         plan = analysis.snippet(workload)
         if plan is None:
@@ -155,8 +171,31 @@ def write_report(
             blocks.append(doc.Bullets(items=tuple(
                 f"concurrency {f.concurrency}, {drafter_label(f.drafter)}: {f.basis}" for f in model.fits
             )))  # fmt: skip
+        by_kind = subcategory_table(workload, configs)
+        if by_kind is not None:
+            blocks.append(doc.Heading(text=f"{workload}: acceptance by subcategory"))
+            blocks.append(
+                doc.Paragraph(
+                    text="Tokens per verification step (1 + accepted drafted tokens) of each kind of output in the "
+                    "workload, per drafter at its longest measured draft, every level pooled (requests in brackets); "
+                    "the kind that drafts worst first. From each response: one streamed chunk per step, or the "
+                    "verification steps SGLang reports."
+                )
+            )
+            blocks.append(by_kind)
     blocks.append(doc.Heading(text="Measured configurations"))
     blocks.append(_measured_table(analysis, configs))
+    latency = latency_table(analysis.workloads, configs)
+    if latency is not None:
+        blocks.append(doc.Heading(text="Latency: time per output token and inter-token latency"))
+        blocks.append(
+            doc.Paragraph(
+                text="TPOT: time per output token after the first, per request; ITL: the time between streamed "
+                "chunks that carry tokens (with speculation, one chunk per verification step). Per level, in ms. "
+                "On the emulator faster than time scale 10 ITL is not kept: its steps arrive together there."
+            )
+        )
+        blocks.append(latency)
     path = render_figure(history_figure_data(history, "objective tok/s"), figures_dir / "history.png")
     figures.append(path)
     blocks.append(doc.Figure(path=path, caption="Every trial's objective and the best so far"))
@@ -166,7 +205,11 @@ def write_report(
     write_atomic(markdown, doc.render_markdown(blocks, folder=folder))
     write_atomic(html_path, doc.render_html(blocks, title=f"specsweep report: {name}"))
     write_json_atomic(results, results_document(analysis, configs, settings, snippet_format))
-    return ReportFiles(folder=folder, markdown=markdown, html=html_path, results=results, figures=tuple(figures))
+    write_atomic(folder / RESULTS_CSV, results_csv(configs))
+    return ReportFiles(
+        folder=folder, markdown=markdown, html=html_path, results=results, figures=tuple(figures),
+        table=folder / RESULTS_CSV,
+    )  # fmt: skip
 
 
 def results_document(
@@ -217,6 +260,20 @@ def _summary(
     )
 
 
+# alpha + beta past which a beta-geometric fit is its geometric limit: p_i moves by under 0.1%
+# of itself over ten positions.
+GEOMETRIC_LIMIT_SIZE = 1e4
+
+
+def _parameters(name: str, names: tuple[str, ...], values: tuple[float, ...]) -> str:
+    """A decay model's parameters as the report shows them; a beta-geometric fit at its geometric
+    limit (alpha and beta unbounded together) by its mean, the one number it then has."""
+    if name == "beta_geometric" and sum(values) > GEOMETRIC_LIMIT_SIZE:
+        alpha, beta = values
+        return f"mean {alpha / (alpha + beta):.3f}; alpha and beta unbounded (its geometric limit)"
+    return ", ".join(f"{n}={v:.3f}" for n, v in zip(names, values, strict=True))
+
+
 def _fit_blocks(analysis: StudyAnalysis, workload: str) -> list[doc.Block]:
     blocks: list[doc.Block] = []
     for entry in (a for a in analysis.acceptance if a.workload == workload):
@@ -236,8 +293,8 @@ def _fit_blocks(analysis: StudyAnalysis, workload: str) -> list[doc.Block]:
         blocks.append(doc.Table(header=("position", "S_i measured [Wilson 95%]", "p_i measured", f"S_i {fit.chosen}"),
                                 rows=tuple(rows)))  # fmt: skip
         models = tuple(
-            (m.name, ", ".join(f"{n}={v:.3f}" for n, v in zip(m.param_names, m.params, strict=True)),
-             "-" if m.aic is None else f"{m.aic:.1f}", f"{m.delta_aic:.1f}")
+            (m.name, _parameters(m.name, m.param_names, m.params), "-" if m.aic is None else f"{m.aic:.1f}",
+             f"{m.delta_aic:.1f}")
             for m in fit.models
         )  # fmt: skip
         blocks.append(doc.Table(header=("model", "parameters", "AIC", "delta AIC"), rows=models))
@@ -273,10 +330,14 @@ def recommendation_summary(rec: Recommendation) -> str:
     """One line: 'technical at 1: k=2 dspark probabilistic, 33.2 tok/s [32.5, 33.7] predicted ...'."""
     measured = f", {rec.measured_tokens_per_s:.1f} measured" if rec.measured_tokens_per_s is not None else ""
     gains = []
-    if rec.gain_over_off is not None and (rec.gain_over_off.predicted is not None or rec.gain_over_off.measured):
+    if (
+        rec.gain_over_off is not None
+        and not rec.speculation_off
+        and (rec.gain_over_off.predicted is not None or rec.gain_over_off.measured)
+    ):
         gains.append(f"{gain_text(rec.gain_over_off)} vs speculation off")
     if rec.gain_over_baseline is not None:
-        gains.append(f"{gain_text(rec.gain_over_baseline)} vs baseline")
+        gains.append(f"{gain_text(rec.gain_over_baseline)} vs {baseline_name(rec.gain_over_baseline.over)}")
     return (
         f"{rec.workload} at concurrency {rec.concurrency}: {rec.choice.label}, {rec.tokens_per_s:.1f} tok/s "
         f"[{rec.tokens_per_s_low:.1f}, {rec.tokens_per_s_high:.1f}] predicted{measured}"

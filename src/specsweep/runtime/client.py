@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from typing import Any
 
@@ -311,6 +312,9 @@ def _error_text(text: str) -> str:
     try:
         body = json.loads(text)
     except json.JSONDecodeError:
+        title = re.search(r"<title>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+        if text.lstrip()[:1] == "<":  # a web page, not an API's error
+            return "an HTML page" + (f" titled {' '.join(title.group(1).split())!r}" if title else "")
         return text.strip()[:200] or "(empty body)"
     if isinstance(body, dict):
         error = body.get("error", body)

@@ -151,6 +151,10 @@ class ServerProcess:
         self.stop()
 
 
+# How long a readiness path may answer "not found" before the wait ends (see wait_until_ready).
+NOT_SERVED_S = 15.0
+
+
 def wait_until_ready(
     url: str,
     *,
@@ -162,20 +166,35 @@ def wait_until_ready(
     """Poll ``url`` until it answers 200.
 
     Connection refused and 503 both mean "not yet" (vLLM refuses until ready; llama.cpp and
-    SGLang answer 503 while loading). ``dead`` returning a reason ends the wait at once.
+    SGLang answer 503 while loading). ``dead`` returning a reason ends the wait at once. A
+    server that answers 404 or 405 for ``NOT_SERVED_S`` on end is up but does not serve the
+    path: waiting longer cannot help, so that ends the wait too (a proxy that answers 404 until
+    its backend registers gets that long).
     """
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
+    not_served_since: float | None = None
     with httpx.Client(timeout=5.0) as http:
         while True:
             reason = dead()
             if reason is not None:
                 raise ServerCrashedError(reason)
             try:
-                if http.get(url).status_code == 200:
-                    return
+                status = http.get(url).status_code
             except httpx.HTTPError:
-                pass
-            if time.monotonic() >= deadline:
+                status = None
+            if status == 200:
+                return
+            now = time.monotonic()
+            not_served_since = (not_served_since or now) if status in (404, 405) else None
+            if not_served_since is not None and now - not_served_since >= min(NOT_SERVED_S, timeout_s / 2):
+                path = httpx.URL(url).path
+                raise ReadyTimeoutError(
+                    f"{url} answered HTTP {status} for {now - not_served_since:.0f} s: the server is up but does "
+                    f"not serve {path}; set server.ready_path to a path it answers 200 on when ready (vLLM, SGLang "
+                    "and llama-server serve /health)."
+                )
+            if now >= deadline:
                 tail = f": {log_tail(log_path, 3)}" if log_path is not None else ""
                 raise ReadyTimeoutError(
                     f"the server was not ready after {timeout_s:.0f} s ({url}); raise the ready timeout or "

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
 import httpx
 
 from specsweep.analysis.counters import CounterDelta, counter_delta
-from specsweep.analysis.levels import LevelSummary, summarize_level
+from specsweep.analysis.levels import LevelSummary, summarize_level, summary_in_modelled_time
 from specsweep.analysis.stopping import LevelTarget, stop_reason
 from specsweep.engines import sglang
 from specsweep.engines.registry import EngineInfo, engine_from_metric_names, engine_info
@@ -101,6 +101,23 @@ class Measurement:
     settings: MeasureSettings
     levels: tuple[LevelResult, ...]
     error: str | None = None  # why the measurement stopped early, if it did
+    # The emulator's time scale undone in the level summaries (in_modelled_time); request records
+    # stay in wall-clock seconds.
+    time_scale: float = 1.0
+
+
+def in_modelled_time(measurement: Measurement, time_scale: float) -> Measurement:
+    """A measurement of the emulator (running ``time_scale`` times faster than the hardware it
+    models) with its level summaries in the modelled hardware's units, as a study records them."""
+    if time_scale == 1.0 or measurement.time_scale != 1.0:
+        return measurement
+    levels = tuple(
+        replace(
+            level, summary=summary_in_modelled_time(level.summary, time_scale), warmup_s=level.warmup_s * time_scale
+        )
+        for level in measurement.levels
+    )
+    return replace(measurement, levels=levels, time_scale=time_scale)
 
 
 def thin_levels(concurrency: tuple[int, ...], requests: int) -> str | None:
@@ -129,11 +146,23 @@ async def discover_model(http: httpx.AsyncClient) -> str:
         key_sent = "Authorization" in http.headers
         raise RequestError(auth_refused_message(str(response.url), response.status_code, key_sent=key_sent))
     try:
-        return str(response.json()["data"][0]["id"])
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise RequestError(
-            f"{http.base_url}/v1/models answered HTTP {response.status_code} without a model; pass --model NAME."
-        ) from None
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.status_code != 200 or not isinstance(body, dict):
+        raise RequestError(not_an_llm_server(str(http.base_url), "/v1/models", response.status_code))
+    try:
+        return str(body["data"][0]["id"])
+    except (KeyError, IndexError, TypeError):
+        raise RequestError(f"{http.base_url}/v1/models lists no model; pass --model NAME.") from None
+
+
+def not_an_llm_server(base_url: str, path: str, status: int | str) -> str:
+    """What to do when ``path``, which every OpenAI-compatible server serves, is not served."""
+    return (
+        f"{base_url.rstrip('/')}{path} answered HTTP {status}, not an OpenAI-compatible answer: the server at "
+        "--endpoint is not vLLM, SGLang or llama-server (check the host and port)."
+    )
 
 
 async def _try_scrape(http: httpx.AsyncClient) -> tuple[MetricsSnapshot | None, str | None]:
@@ -233,7 +262,14 @@ async def _measure_level(
             max_tokens=min(WARMUP_MAX_TOKENS, settings.max_tokens), temperature=settings.temperature,
         )  # fmt: skip
         if warm.records and all(not r.ok for r in warm.records):
-            raise RequestError(f"every warm-up request failed: {warm.records[0].error}")
+            error = warm.records[0].error or ""
+            if error.startswith(("HTTP 404:", "HTTP 405:", "HTTP 501:")):
+                path = "/v1/chat/completions" if settings.api == "chat" else "/v1/completions"
+                raise RequestError(
+                    not_an_llm_server(settings.endpoint, path, error[5:8])
+                    + (" A server with /v1/completions only wants --api completions." if settings.api == "chat" else "")
+                )
+            raise RequestError(f"every warm-up request failed: {error}")
         warmup_s = warm.wall_s
     before, note = await _try_scrape(http)
     emit(LevelStarted(concurrency=concurrency, requests=settings.requests))

@@ -55,6 +55,9 @@ def measurement_to_dict(measurement: Measurement) -> dict[str, Any]:
             "workload": measurement.workload,
             "settings": settings,
             "error": measurement.error,
+            # levels' rates and durations are in the modelled hardware's units when time_scale is
+            # not 1 (the emulator's, undone); request records are always in wall-clock seconds
+            "time_scale": measurement.time_scale,
             "levels": levels,
         }
     )
@@ -85,6 +88,20 @@ def write_atomic(path: Path, content: str | bytes) -> None:
         with tempfile.NamedTemporaryFile(mode, dir=path.parent, prefix=f".{path.name}.", delete=False) as handle:
             handle.write(content)
             temporary = handle.name
+        # A temporary file is private (0600); the file it becomes is as any file the user writes.
+        os.chmod(temporary, _file_mode())
         os.replace(temporary, path)
     except OSError as exc:
         raise SpecsweepError(f"cannot write {path}: {exc.strerror or exc}.") from None
+
+
+def _file_mode() -> int:
+    """0666 less the process's umask: the mode ``open()`` would give a new file. Linux says the
+    umask in /proc; elsewhere it is read by setting it, which other threads could see a moment."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            umask = next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        umask = os.umask(0o022)
+        os.umask(umask)
+    return 0o666 & ~umask

@@ -136,6 +136,23 @@ class TrialServer:
             log_path=self.log_path,
         )
 
+    def planned_command(self, spec: SpeculativeConfig | None, *, trial: int) -> str:
+        """What a trial with ``spec`` would run, shell-quoted, without running it: PORT stands for
+        the free port picked at each start (server.port 0). In attach mode: the flags to restart with."""
+        config = self.config
+        spec_args = self.engine.spec_args(spec, help_flags=self.help_flags)
+        if config.mode == "attach":
+            return "restart by hand with: " + (" ".join(shlex.quote(a) for a in spec_args) or "no spec flags")
+        self._values = placeholder_values(
+            host=config.host, port=config.port, spec=spec, spec_args=spec_args, model=config.model, trial=trial
+        )
+        if not config.port:
+            self._values["port"] = "PORT"
+        argv = self._argv(config.port, spec, trial)
+        if config.mode == "emulator" and not config.port:
+            argv[argv.index("--port") + 1] = "PORT"
+        return " ".join("PORT" if a == "PORT" else shlex.quote(a) for a in argv)
+
     def _argv(self, port: int, spec: SpeculativeConfig | None, trial: int) -> list[str]:
         config = self.config
         if config.mode == "emulator":

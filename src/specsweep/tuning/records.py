@@ -12,13 +12,14 @@ studies written by earlier versions read the same way (absent fields are None or
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import optuna
 
+from specsweep.analysis.levels import acceptance_by_subcategory, summary_in_modelled_time
 from specsweep.analysis.stopping import estimate_rate
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
@@ -29,11 +30,14 @@ from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, RequestReco
 TRIALS_FOLDER = "trials"
 
 
-def level_figures(measurement: Measurement, *, time_scale: float = 1.0) -> dict[int, LevelFigures]:
+def level_figures(
+    measurement: Measurement, *, time_scale: float = 1.0, subcategories: Mapping[str, str] | None = None
+) -> dict[int, LevelFigures]:
     """The figures a study keeps of each measured level, by concurrency.
 
     Rates are divided and times multiplied by ``time_scale`` (the emulator's), so they read in
-    the modelled hardware's units.
+    the modelled hardware's units. ``subcategories``: the workload's prompt ids -> subcategory,
+    for acceptance per subcategory.
     """
 
     def rate(value: float | None) -> float | None:
@@ -42,6 +46,7 @@ def level_figures(measurement: Measurement, *, time_scale: float = 1.0) -> dict[
     out: dict[int, LevelFigures] = {}
     for level in measurement.levels:
         s = level.summary
+        latency = summary_in_modelled_time(s, time_scale)  # TPOT and ITL (ITL only at slow time scales)
         acceptance = s.acceptance
         decode = s.decode_tokens_per_s_per_stream
         counts = level.delta.accepted_per_position if level.delta and acceptance else None
@@ -61,6 +66,11 @@ def level_figures(measurement: Measurement, *, time_scale: float = 1.0) -> dict[
             mean_acceptance_length=acceptance.mean_acceptance_length if acceptance else None,
             notes=tuple(level.notes),
             relative_se=_precision(level.records, s.concurrency),
+            tpot_p50_s=latency.tpot.p50_s if latency.tpot else None,
+            tpot_p99_s=latency.tpot.p99_s if latency.tpot else None,
+            itl_p50_s=latency.itl.p50_s if latency.itl else None,
+            itl_p99_s=latency.itl.p99_s if latency.itl else None,
+            by_subcategory=(acceptance_by_subcategory(level.records, subcategories) or None) if subcategories else None,
         )
     return out
 
@@ -97,6 +107,11 @@ def _level_from_stored(concurrency: int, row: dict[str, Any]) -> LevelFigures:
         mean_acceptance_length=row.get("mean_acceptance_length"),
         notes=tuple(row.get("notes") or ()),
         relative_se=row.get("relative_se"),
+        tpot_p50_s=row.get("tpot_p50_s"),
+        tpot_p99_s=row.get("tpot_p99_s"),
+        itl_p50_s=row.get("itl_p50_s"),
+        itl_p99_s=row.get("itl_p99_s"),
+        by_subcategory=row.get("by_subcategory"),
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 
 from specsweep import __version__
-from specsweep.analysis.drafters import Candidate, Drafter, candidate_of
+from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, find_drafter
 from specsweep.analysis.fits import AcceptanceFit
 from specsweep.analysis.rig import (
     LevelTiming,
@@ -217,22 +217,10 @@ def recommend_for_workload(
     return WorkloadOnRig(workload=workload, drafter=drafter, fit=fit, timing=timing, recommendations=recs)
 
 
-def rig_drafter(rig: Rig, method: str | None) -> Drafter:
-    """The drafter the running server uses: the one named, or the rig's only one."""
-    drafters = rig.drafters
-    if method is not None:
-        chosen = [d for d in drafters if d.method == method or d.method.split(" ", 1)[0] == method]
-        if not chosen:
-            raise ConfigError(
-                f"the rig has no drafter {method!r}; it has: " + ", ".join(d.method for d in drafters) + "."
-            )
-        return chosen[0]
-    if len(drafters) != 1:
-        raise ConfigError(
-            "the rig has several drafters (" + ", ".join(d.method for d in drafters) + "); name the running one "
-            "with --drafter METHOD."
-        )
-    return drafters[0]
+def rig_drafter(rig: Rig, name: str | None) -> Drafter:
+    """The drafter the running server uses: the one named (label, method or draft sampling), or
+    the rig's only one."""
+    return find_drafter(rig.drafters, name)
 
 
 def recommend_for_measurement(

@@ -11,14 +11,14 @@ speculation off and over the baseline (the configuration run today) when both we
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import optuna
 
 from specsweep.analysis.study import StudyAnalysis, analyze_with_settings, measured_rates
 from specsweep.engines.registry import engine_info
-from specsweep.errors import ConfigError
+from specsweep.errors import ConfigError, FitError
 from specsweep.tuning.records import measured_configs
 from specsweep.tuning.space import OFF_KEY
 from specsweep.tuning.storage import open_storage, redact_password
@@ -61,6 +61,18 @@ def pick_best(
     )
 
 
+def nothing_to_compare(configs: list[MeasuredConfig], name: str) -> str | None:
+    """Why the study cannot recommend yet, when it measured speculation off alone (or nothing):
+    a recommendation compares at least one speculative configuration with it."""
+    if any(c.feasible and c.spec is not None and c.spec.num_speculative_tokens for c in configs):
+        return None
+    measured = "only speculation off" if any(c.feasible for c in configs) else "no configuration"
+    return (
+        f"study {name} has measured {measured}: there is nothing to compare yet; continue it with "
+        f"specsweep study --resume --study-name {name} (and the same --config), without --trials or with more."
+    )
+
+
 def best_overall(configs: list[MeasuredConfig]) -> MeasuredConfig | None:
     """The feasible configuration with the best objective (weighted over workloads)."""
     feasible = [c for c in configs if c.feasible]
@@ -83,13 +95,20 @@ def analyze_stored_study(
     configs: list[MeasuredConfig] | None = None,
     settings: StudySettings | None = None,
     paste_engine: str | None = None,
+    max_itl_p99_s: float | None = None,
 ) -> StoredAnalysis:
     """Fit, model and recommend from what the study stored (``configs`` and ``settings``: read
     already). The paste is planned for ``paste_engine`` (default: the study's engine): where it
-    cannot take a per-batch-size choice, the paste says which levels give way."""
+    cannot take a per-batch-size choice, the paste says which levels give way. ``max_itl_p99_s``:
+    a latency target in place of the study's own."""
     configs = configs if configs is not None else measured_configs(study)
+    too_little = nothing_to_compare(configs, study.study_name)
+    if too_little is not None:
+        raise FitError(too_little)
     settings = settings if settings is not None else read_study_settings(study, configs)
     engine = engine_info(paste_engine or settings.engine)
+    if max_itl_p99_s is not None:
+        settings = replace(settings, max_itl_p99_s=max_itl_p99_s)
     analysis = analyze_with_settings(configs, settings, seed=seed, table_refusal=engine.table_refusal)
     return StoredAnalysis(analysis=analysis, configs=configs, settings=settings)
 
@@ -109,6 +128,11 @@ def load_stored_study(folder: Path | None, *, storage: str | None = None, name: 
         storage = f"sqlite:///{database.as_posix()}"
     opened = open_storage(storage, heartbeat_s=None)
     names = [s.study_name for s in optuna.get_all_study_summaries(opened)]
+    if not names:
+        raise ConfigError(
+            f"{redact_password(storage)} holds no study (nothing was ever measured into it): run specsweep study "
+            "to make one, and pass its folder."
+        )
     if name is None:
         if folder is not None and Path(folder).name in names:
             name = Path(folder).name

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterator
@@ -52,7 +54,7 @@ from specsweep.tuning.study_store import StudyPaths, open_study, settings_of
 from specsweep.tuning.study_time import StudyTime, study_time
 from specsweep.tuning.trial import TrialRunner, level_targets
 from specsweep.types import EventCallback
-from specsweep.workload import Workload, load_workload
+from specsweep.workload import Workload, load_workload, too_small
 
 # Trials that measure a configuration chosen by hand: never stopped for being behind (a search's
 # repeat is a contender too: the trial says so itself).
@@ -76,18 +78,56 @@ class StudyOutcome:
     time: StudyTime | None = None  # where this run's time went
 
 
+INTERRUPTED = "interrupted by the user"
+
+
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops the study the way Ctrl-C does: server stopped, trial failed, data kept."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
+def _no_interrupt() -> Iterator[None]:
+    """A second Ctrl-C while an interrupted trial is being recorded waits until it is recorded."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops the study the way Ctrl-C does: server stopped, trial failed, data kept.
+
+    Ctrl-C gets a handler of its own too: with Python's default one, asyncio.run (each
+    measurement) turns the first Ctrl-C into a cancel of its task, and drops it when the task has
+    just finished. This one raises KeyboardInterrupt where the program is, and notes it, so an
+    interrupt that Python swallows anyway (one landing in a finalizer is "Exception ignored in
+    ...") is raised again where the loop next looks (_check_interrupt)."""
+
+    def handler(signum: int, frame: object) -> None:
+        _interrupted.set()
+        raise KeyboardInterrupt
+
+    def unraisable(info: Any) -> None:
+        if not isinstance(info.exc_value, KeyboardInterrupt):
+            hook(info)
+
+    _interrupted.clear()
+    previous_term = signal.signal(signal.SIGTERM, handler)
+    previous_int = signal.signal(signal.SIGINT, handler)
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
+        sys.unraisablehook = hook
+
+
+_interrupted = threading.Event()
+
+
+def _check_interrupt() -> None:
+    """Raise an interrupt that was swallowed before it stopped the run (see _sigterm_as_interrupt)."""
+    if _interrupted.is_set():
+        raise KeyboardInterrupt
 
 
 class StudyRunner:
@@ -140,6 +180,7 @@ class StudyRunner:
         self.ties: tuple[str, ...] = ()  # leaders the search could not separate (said at its stop)
         self._engine_version: str | None = None  # what the measured server said it is
         self._trial_wall_s = 0.0  # wall clock inside trials this run (the rest is idle)
+        self._asked: set[int] = set()  # trials this runner asked for: an interrupt fails those still running
         # While other workers measure the last configurations, look again this often.
         self.poll_s = min(5.0, config.heartbeat_s / 2)
 
@@ -163,10 +204,15 @@ class StudyRunner:
         thin = config.measure.requests and thin_levels(config.measure.concurrency, config.measure.requests)
         if thin:
             self.emit(Note(text=thin))
+        for workload in self.trials.workloads.values():
+            for note in (too_small(workload, config.measure.most_requests), *workload.notes):
+                if note:
+                    self.emit(Note(text=note))
         for note in reclaim_leases(self.paths.leases, grace_s=config.server.stop_grace_s):
             self.emit(Note(text=note))
-        with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat:
+        with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat, self._stopped_by_user(before):
             while True:
+                _check_interrupt()
                 if budget is not None and new_trials >= budget:
                     stop_reason = f"trial budget reached ({budget})"
                     break
@@ -251,7 +297,7 @@ class StudyRunner:
         if key in key_states(self.study, before).measured:
             return "skipped"
         self.study.enqueue_trial(params, user_attrs=records.decision_attrs(PLANNED))
-        with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat:
+        with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat, self._stopped_by_user(before):
             trial = self._ask()
             heartbeat.follow(trial._trial_id)
             return self._run_next(trial, before)
@@ -292,16 +338,33 @@ class StudyRunner:
         try:
             value = self.trials.run(self.study, trial, spec, targets)
         except KeyboardInterrupt:
-            self.trials.fail(self.study, trial, "interrupted by the user")
-            measured = len(key_states(self.study, before).measured)
+            with _no_interrupt():
+                self.trials.fail(self.study, trial, INTERRUPTED)
+            raise
+        finally:
+            self._trial_wall_s += time.monotonic() - trial_started
+        _check_interrupt()  # a Ctrl-C the measurement swallowed stops the run now, its trial kept
+        self._adopt_version(self.trials.engine_version)
+        return "failed" if value is None else "measured"
+
+    @contextlib.contextmanager
+    def _stopped_by_user(self, before: frozenset[int]) -> Iterator[None]:
+        """Ctrl-C or SIGTERM anywhere in a run (a boot, a measurement, a decision between trials):
+        the trials this worker left RUNNING fail with the reason said, and StudyInterrupted names
+        what is kept and how to continue."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            with _no_interrupt():
+                for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+                    if trial.number in self._asked:
+                        records.record_failure_of(self.study, trial.number, INTERRUPTED)
+                        self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+                measured = len(key_states(self.study, before).measured)
             raise StudyInterrupted(
                 f"study stopped by the user; {measured} configuration(s) measured are kept in "
                 f"{redact_password(self.paths.storage)} (continue with --resume)."
             ) from None
-        finally:
-            self._trial_wall_s += time.monotonic() - trial_started
-        self._adopt_version(self.trials.engine_version)
-        return "failed" if value is None else "measured"
 
     def _adopt_version(self, version: str | None) -> None:
         """Once a server has said its version, validate the rest of the study for it: say so if
@@ -348,7 +411,9 @@ class StudyRunner:
         with warnings.catch_warnings():
             # optuna expects heartbeats with Study.optimize; this loop records them itself (Heartbeat).
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
-            return self.study.ask()
+            trial = self.study.ask()
+        self._asked.add(trial.number)
+        return trial
 
     def _reuse(self, trial: optuna.Trial, source_number: int) -> None:
         source = self.study.trials[source_number]

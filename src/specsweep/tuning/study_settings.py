@@ -26,6 +26,7 @@ def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
         "num_speculative_tokens_range": list(settings.k_range) if settings.k_range else None,
         "max_num_seqs": settings.max_num_seqs,
         "tolerance": settings.tolerance,
+        "max_itl_p99_s": settings.max_itl_p99_s,
     }
     for name, value in attrs.items():
         study.set_user_attr(name, value)
@@ -58,6 +59,7 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
         noise_prior=_engine_noise(str(attrs.get("engine", "vllm"))),
         engine_version=_engine_version(study),
         engine_flags=frozenset(flags) if flags else None,
+        max_itl_p99_s=attrs.get("max_itl_p99_s"),
     )
 
 
@@ -82,6 +84,11 @@ def _engine_version(study: optuna.Study) -> str | None:
         if isinstance(server, dict) and server.get("engine_version"):
             return str(server["engine_version"])
     return None
+
+
+def write_itl_limit(study: optuna.Study, limit_s: float | None) -> None:
+    """A new latency target for an existing study (it only changes what is recommended)."""
+    study.set_user_attr("max_itl_p99_s", limit_s)
 
 
 def check_joinable(study: optuna.Study, mine: StudySettings) -> str | None:

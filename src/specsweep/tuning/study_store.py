@@ -72,6 +72,19 @@ def study_exists(name: str, storage: str | optuna.storages.BaseStorage) -> bool:
     return name in {s.study_name for s in optuna.get_all_study_summaries(storage)}
 
 
+def check_resumable(name: str, paths: StudyPaths, studies_dir: Path) -> None:
+    """Refuse ``--resume`` of a study the storage does not hold, before any file is created; the
+    message names the studies that ``studies_dir`` does hold."""
+    if study_exists(name, paths.storage):
+        return
+    held = sorted(p.parent.name for p in studies_dir.glob("*/study.db")) if studies_dir.is_dir() else []
+    there = f" ({studies_dir} holds {', '.join(held)})" if held else ""
+    raise ConfigError(
+        f"there is no study {name!r} in {redact_password(paths.storage)} to resume{there}: drop --resume to start "
+        "it, or pass --study-name of one that exists."
+    )
+
+
 def sampler_for(config: StudyConfig, worker: str | None = None) -> optuna.samplers.BaseSampler:
     """The optuna sampler behind the study's asks.
 
@@ -109,6 +122,7 @@ def settings_of(config: StudyConfig, space: Space) -> StudySettings:
         max_num_seqs=server_max_num_seqs(config.server),
         tolerance=config.tolerance,
         noise_prior=engine_info(config.server.engine).run_noise,
+        max_itl_p99_s=config.objective.max_itl_p99_s,
     )
 
 
@@ -173,6 +187,8 @@ def open_study(
         study_settings.write_study_settings(study, settings)
         if queue_initial:
             _queue_initial(study, config, space)
+    elif settings.max_itl_p99_s is not None and study.user_attrs.get("max_itl_p99_s") != settings.max_itl_p99_s:
+        study_settings.write_itl_limit(study, settings.max_itl_p99_s)  # a latency target given on --resume
     return study
 
 

@@ -195,7 +195,12 @@ class TrialRunner:
         times = self._times(trial_started, measuring_started, measurements)
         records.record_times(trial, times)
         record_file = records.write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
-        results = {name: records.level_figures(m, time_scale=self.time_scale) for name, m in measurements.items()}
+        results = {
+            name: records.level_figures(
+                m, time_scale=self.time_scale, subcategories={p.id: p.subcategory for p in self.workloads[name].prompts}
+            )
+            for name, m in measurements.items()
+        }
         objective = trial_objective(self.config, results)
         records.record_results(trial, results=results, constraints=objective.constraints, record_file=record_file)
         if objective.value is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from specsweep.analysis.drafters import Drafter
+from specsweep.analysis.drafters import Drafter, find_drafter
 from specsweep.analysis.rig import Rig
 from specsweep.analysis.series import SeriesNames
 from specsweep.engines.registry import EngineInfo, engine_from_metric_names, engine_info
@@ -43,20 +43,10 @@ def detect_engine(names: set[str], given: str | None, *, source: str) -> EngineI
 
 def watch_drafter(rig: Rig, *, method: str | None, running_config: SpeculativeConfig | None) -> Drafter:
     """The rig's drafter the server runs: named by --drafter, by --running-config, or the rig's only one."""
-    wanted = method or (running_config.method if running_config else None)
-    drafters = list(rig.drafters)
-    if wanted is not None:
-        drafters = [d for d in drafters if d.method == wanted or d.method.split(" ", 1)[0] == wanted]
-    if running_config is not None:
-        drafters = [d for d in drafters if d.draft_sample_method == running_config.draft_sample_method]
-    if len(drafters) == 1:
-        return drafters[0]
-    listed = ", ".join(d.label for d in rig.drafters) or "none"
-    if not drafters:
-        raise ConfigError(f"the rig has no drafter {wanted!r} as the server runs it; it has: {listed}.")
-    raise ConfigError(
-        f"the rig has several drafters ({listed}); name the running one with --drafter METHOD or --running-config."
-    )
+    if method is None and running_config is not None:
+        method = running_config.method
+    sampling = running_config.draft_sample_method if running_config is not None else None
+    return find_drafter(rig.drafters, method, draft_sample_method=sampling)
 
 
 def check_rig_engine(rig: Rig, engine: EngineInfo) -> None:

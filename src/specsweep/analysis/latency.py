@@ -1,0 +1,65 @@
+"""A latency target the recommendation keeps to: inter-token latency p99 within a limit.
+
+A configuration's ITL p99 is measured per workload and level (analysis/levels.py). Candidates
+the study never measured have none, so the rule rests on the step time: a longer draft makes
+every verification step longer, and with it the gap between streamed chunks. Per drafter, k is
+kept up to the longest draft measured within the limit and below the shortest measured over it;
+speculation off is kept unless it was measured over it. Repeats of a configuration are averaged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from specsweep.analysis.drafters import Candidate, Drafter, candidate_of
+from specsweep.types import MeasuredConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LatencyLimit:
+    """Which candidates keep ITL p99 within ``limit_s`` for one workload at one concurrency."""
+
+    limit_s: float
+    longest: dict[Drafter, int] = field(default_factory=dict)  # per drafter, the longest k kept
+    off_kept: bool = True
+    over: tuple[str, ...] = ()  # measured configurations over the limit, as "k=3 probabilistic 95 ms"
+
+    def allows(self, candidate: Candidate) -> bool:
+        if candidate.off or candidate.drafter is None:
+            return self.off_kept
+        return candidate.num_speculative_tokens <= self.longest.get(candidate.drafter, 0)
+
+    def describe(self) -> str:
+        """What the limit keeps and what it leaves out, for the recommendation's reason."""
+        kept = [f"{d.label} up to k={k}" for d, k in sorted(self.longest.items()) if k]
+        kept += ["speculation off"] if self.off_kept else []
+        over = f"; measured over it: {', '.join(self.over)}" if self.over else ""
+        return f"ITL p99 <= {1000 * self.limit_s:g} ms keeps {', '.join(kept) or 'nothing measured'}{over}"
+
+
+def itl_limit(configs: Sequence[MeasuredConfig], workload: str, concurrency: int, limit_s: float) -> LatencyLimit:
+    """The candidates a target of ITL p99 <= ``limit_s`` keeps for ``workload`` at ``concurrency``."""
+    measured: dict[tuple[Drafter | None, int], list[float]] = {}
+    for config in configs:
+        row = config.level(workload, concurrency)
+        if not config.feasible or row is None or row.itl_p99_s is None:
+            continue
+        candidate = candidate_of(config.spec, concurrency)
+        measured.setdefault((candidate.drafter, candidate.num_speculative_tokens), []).append(row.itl_p99_s)
+    mean = {key: sum(values) / len(values) for key, values in measured.items()}
+    longest: dict[Drafter, int] = {}
+    over: list[str] = []
+    for (drafter, k), p99 in sorted(mean.items(), key=lambda item: (item[0][0] is not None, item[0][1])):
+        if p99 > limit_s:
+            name = "speculation off" if drafter is None else f"k={k} {drafter.label}"
+            over.append(f"{name} {1000 * p99:.0f} ms")
+    for drafter in {d for d, _ in mean if d is not None}:
+        within = [k for (d, k), p99 in mean.items() if d == drafter and p99 <= limit_s]
+        beyond = [k for (d, k), p99 in mean.items() if d == drafter and p99 > limit_s]
+        keep = max(within, default=0)
+        if beyond:
+            keep = min(keep, min(beyond) - 1)
+        longest[drafter] = keep
+    off = mean.get((None, 0))
+    return LatencyLimit(limit_s=limit_s, longest=longest, off_kept=off is None or off <= limit_s, over=tuple(over))

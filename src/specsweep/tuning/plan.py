@@ -1,0 +1,136 @@
+"""What a study would do, without doing it: ``specsweep study --dry-run``.
+
+The same space, checks and commands a run builds (tuning/study.py), before any storage is
+opened or any server started: the configurations, the levels and workloads they are measured
+on, and the exact command each configuration's server would be started with.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from specsweep.analysis.drafters import candidate_of
+from specsweep.config import StudyConfig
+from specsweep.emulator.profile import load_profile
+from specsweep.engines.registry import engine_info
+from specsweep.runtime.trial_server import TrialServer, read_help_flags
+from specsweep.tuning.space import build_space, check_space, check_spec_args
+from specsweep.workload import load_workload, too_small
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedConfiguration:
+    """One configuration of the space and the command its server would be started with."""
+
+    label: str
+    command: str
+    first: bool  # measured first, before the search chooses: speculation off and the baseline
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedWorkload:
+    name: str
+    weight: float
+    prompts: int
+    subcategories: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StudyPlan:
+    """What ``study`` would measure, and how."""
+
+    name: str
+    engine: str
+    mode: str
+    sampler: str
+    configurations: tuple[PlannedConfiguration, ...]
+    collapsed: str | None  # why draft sampling is not searched, when it is not
+    workloads: tuple[PlannedWorkload, ...]
+    concurrency: tuple[int, ...]
+    requests: str
+    max_tokens: int
+    temperature: float
+    objective: str
+    budget: str
+    warnings: tuple[str, ...] = ()
+
+
+def plan_study(config: StudyConfig) -> StudyPlan:
+    """The plan of ``config``: every check a run makes before its first start, nothing started."""
+    engine = engine_info(config.server.engine)
+    space = build_space(
+        config.search,
+        temperature=config.measure.temperature,
+        engine_has_draft_sample_method=engine.has_draft_sample_method,
+        validate=engine.validate_spec,
+        samples_drafts=engine.drafts_from_a_distribution,
+    )
+    check_space(space, config.source, config.search.baseline)
+    help_flags = read_help_flags(config.server, engine)  # llama.cpp: the flags this build takes
+    check_spec_args(space, engine, config.source, help_flags=help_flags)
+    if config.server.mode == "emulator":
+        load_profile(config.server.emulator.profile)
+    server = TrialServer(config.server, engine, log_path=Path(os.devnull), help_flags=help_flags)
+    baseline = space.config_from_params(space.params_for(config.search.baseline)) if config.search.baseline else None
+    configurations = []
+    for trial, params in enumerate(space.distinct_params()):
+        spec = space.config_from_params(params)
+        is_baseline = baseline is not None and spec == baseline
+        configurations.append(
+            PlannedConfiguration(
+                label=candidate_of(spec).label + (" (baseline)" if is_baseline else ""),
+                command=server.planned_command(spec, trial=trial),
+                first=spec is None or is_baseline,
+            )
+        )
+    workloads = []
+    for name, weight in config.workloads.items():
+        loaded = load_workload(name)
+        workloads.append(
+            PlannedWorkload(
+                name=loaded.name, weight=weight, prompts=len(loaded.prompts), subcategories=loaded.subcategories()
+            )
+        )
+    m, objective = config.measure, config.objective
+    requests = (
+        f"exactly {m.requests} per level"
+        if m.requests is not None
+        else f"adaptive, {m.max_requests} at most per level, until the rate is known to {100 * m.precision:g}%"
+    )
+    constraints = [f"at most {objective.max_errors} failed requests"]
+    if objective.max_ttft_p95_s is not None:
+        constraints.append(f"TTFT p95 at most {objective.max_ttft_p95_s:g} s")
+    if objective.max_itl_p99_s is not None:
+        constraints.append(f"recommendations within ITL p99 {1000 * objective.max_itl_p99_s:g} ms")
+    collapsed = None
+    if space.methods_collapsed and len(config.search.draft_sample_method) > 1:
+        collapsed = (
+            f"{engine.name} has no draft sampling choice"
+            if not engine.has_draft_sample_method
+            else "temperature 0: greedy and probabilistic drafting are identical, so draft sampling is not searched"
+        )
+    warnings = [
+        note
+        for name in config.workloads
+        for note in (too_small(load_workload(name), config.measure.most_requests), *load_workload(name).notes)
+        if note
+    ]
+    if len(configurations) > 1 and len({c.command for c in configurations}) == 1:
+        warnings.append(
+            "every configuration runs the same command: the start command has no {spec_args} (or "
+            "{speculative_config}), so the server would not change between trials"
+        )
+    budget = f"at most {config.trials} trials" if config.trials else "no trial budget"
+    if config.sampler == "model":
+        budget += "; the search picks the order and stops by itself once nothing untried can change a recommendation"
+    elif config.sampler == "grid":
+        budget += "; every configuration once"
+    return StudyPlan(
+        name=config.name, engine=engine.name, mode=config.server.mode, sampler=config.sampler,
+        configurations=tuple(configurations), collapsed=collapsed, workloads=tuple(workloads),
+        concurrency=tuple(m.concurrency), requests=requests, max_tokens=m.max_tokens, temperature=m.temperature,
+        objective=f"aggregate output tok/s at concurrency {objective.concurrency}, with {', '.join(constraints)}",
+        budget=budget, warnings=tuple(warnings),
+    )  # fmt: skip
