@@ -241,7 +241,7 @@ def test_two_workers_share_one_model_guided_search(tmp_path: Path, postgres: Pos
     first = [t.user_attrs["key"] for t in measured if not is_repeat(t)]
     # off and the largest k at least; a configuration is measured twice only when the search asks for
     # a repeat (to separate leaders), never because two workers claimed it
-    assert len(first) == len(set(first)) >= 3
+    assert len(first) == len(set(first)) >= 3, outputs
     assert {t.user_attrs["key"] for t in measured if is_repeat(t)} <= set(first)
     assert emulator_pids("--seed 630") == []
 

@@ -44,6 +44,7 @@ def sample_rates(
     draws: int = 400,
     seed: int = 0,
     acceptance_scale: Mapping[Drafter, Mapping[int, float]] | None = None,
+    workload: str | None = None,
 ) -> RateSample:
     """R(k) = B E_w(k) / T(k) for off and every drafter's k = k_min..k_max at one measured concurrency.
 
@@ -51,6 +52,9 @@ def sample_rates(
     S_1..S_K taken as exact (no uncertainty, no extrapolation past K). ``acceptance_scale``
     multiplies a drafter's S_1 + ... + S_k at k (a drafter that drafts at some steps only, and
     at a share that depends on k: see analysis/rig.py); a k it does not name keeps 1.
+    ``workload``: the workload the model's observations and ``acceptance`` are both of, where they
+    are; a misfitting drafter's measured configurations are then predicted at the rate they
+    measured (a rig's model, measured on another workload, leaves it None).
     """
     rng = np.random.default_rng(seed)
     candidates: list[Candidate] = []
@@ -91,7 +95,8 @@ def sample_rates(
             t = max(t, floor_point)
             candidate = Candidate(drafter=drafter, num_speculative_tokens=k)
             column = concurrency * e_draws[:, j] / t_draws[:, j]
-            measured = _measured_rate(model, fit, candidate) if fit.misfit and source == "measured" else None
+            misfit_measured = workload is not None and fit.misfit and source == "measured"
+            measured = _measured_rate(model, fit, candidate, workload) if misfit_measured else None
             if measured is not None:
                 # The model misfits this drafter here: a measured configuration is what it measured.
                 rate, starts = measured
@@ -151,12 +156,15 @@ def _step_draws(
     return out
 
 
-def _measured_rate(model: ThroughputModel, fit: StepTimeFit, candidate: Candidate) -> tuple[float, int] | None:
-    """A configuration's mean measured rate at the fit's concurrency, and its starts (None: not measured)."""
+def _measured_rate(
+    model: ThroughputModel, fit: StepTimeFit, candidate: Candidate, workload: str | None
+) -> tuple[float, int] | None:
+    """A configuration's mean measured rate for ``workload`` at the fit's concurrency, and its starts
+    (None: not measured)."""
     rates = [
         o.output_tokens_per_s
         for o in model.observations
-        if o.concurrency == fit.concurrency and o.drafter == candidate.drafter
+        if o.concurrency == fit.concurrency and o.drafter == candidate.drafter and o.workload == workload
         and o.num_speculative_tokens == candidate.num_speculative_tokens
     ]  # fmt: skip
     return (float(np.mean(rates)), len(rates)) if rates else None
@@ -195,9 +203,13 @@ def predict_throughput(
     confidence: float = 0.95,
     draws: int = 400,
     seed: int = 0,
+    workload: str | None = None,
 ) -> tuple[RatePrediction, ...]:
-    """Rate against k with bands at one concurrency: what a throughput-against-k figure plots."""
-    sample = sample_rates(model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed)
+    """Rate against k with bands at one concurrency: what a throughput-against-k figure plots
+    (``workload``: as sample_rates takes it)."""
+    sample = sample_rates(
+        model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed, workload=workload
+    )
     low, high = band(sample.draws, sample.tokens_per_s, confidence)
     return tuple(
         RatePrediction(

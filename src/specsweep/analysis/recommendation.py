@@ -106,7 +106,7 @@ def recommend_draft_length(
     none)."""
     sample = sample_rates(
         model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed,
-        acceptance_scale=acceptance_scale,
+        acceptance_scale=acceptance_scale, workload=workload or None,
     )  # fmt: skip
     kept = [j for j, c in enumerate(sample.candidates) if limit is None or limit.allows(c)]
     unmet = limit is not None and not kept

@@ -187,7 +187,9 @@ def analyze_study(
             args = {"concurrency": level, **args_common}
             predictions.append(
                 WorkloadPredictions(
-                    workload=workload, concurrency=level, rows=predict_throughput(model, model_inputs, **args)
+                    workload=workload,
+                    concurrency=level,
+                    rows=predict_throughput(model, model_inputs, workload=workload, **args),
                 )
             )
             limit = itl_limit(measured, workload, level, max_itl_p99_s) if max_itl_p99_s is not None else None

@@ -117,6 +117,8 @@ class StepTimeFit:
     # misfits (graph-capture steps, a drafter that drafts only where the text matches), each
     # measured point stands for itself.
     line_fits: bool = False
+    # The same test failed: the measured means are off the line by more than the run-to-run noise.
+    misfit: bool = False
     shaped_like: Drafter | None = None  # measured at one draft length, shaped like this sibling's line
 
     def step_time_s(self, k: int) -> tuple[float, str]:
@@ -126,11 +128,6 @@ class StepTimeFit:
             if point.num_speculative_tokens == k:
                 return (line if self.line_fits else point.step_time_s), "measured"
         return line, "line"
-
-    @property
-    def misfit(self) -> bool:
-        """A line through three or more draft lengths that its measured points disagree with beyond the noise."""
-        return len(self.points) >= 3 and not self.line_fits
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,7 +197,9 @@ def fit_throughput_model(
     for (concurrency, drafter), pts in order:
         if drafter is None or len({p.num_speculative_tokens for p, _, _ in pts}) >= 2:
             off_points = points.get((concurrency, None)) if drafter is not None else None
-            lines[(concurrency, drafter)] = _fit_line(concurrency, drafter, pts, off_points, pooled, pooled_df)
+            lines[(concurrency, drafter)] = _fit_line(
+                concurrency, drafter, pts, off_points, pooled, pooled_df, pool=run_noise is not None
+            )
     for (concurrency, drafter), pts in order:
         if (concurrency, drafter) in lines:
             continue
@@ -217,7 +216,9 @@ def fit_throughput_model(
             lines[(concurrency, drafter)] = _shaped_like(sibling, drafter, pts[0][0], pooled, pooled_df)
         else:
             off_points = points.get((concurrency, None))
-            lines[(concurrency, drafter)] = _fit_line(concurrency, drafter, pts, off_points, pooled, pooled_df)
+            lines[(concurrency, drafter)] = _fit_line(
+                concurrency, drafter, pts, off_points, pooled, pooled_df, pool=run_noise is not None
+            )
     fits = [lines[key] for key, _ in order]
     return ThroughputModel(
         fits=tuple(fits),
@@ -282,7 +283,9 @@ def _stack(pts: list[tuple[StepTimePoint, np.ndarray, np.ndarray]]) -> tuple[np.
     return ks, np.concatenate([t for _, t, _ in pts]), np.concatenate([w for _, _, w in pts])
 
 
-def _fit_line(concurrency: int, drafter: Drafter | None, pts, off_points, pooled: float, pooled_df: int) -> StepTimeFit:
+def _fit_line(
+    concurrency: int, drafter: Drafter | None, pts, off_points, pooled: float, pooled_df: int, *, pool: bool = False
+) -> StepTimeFit:
     """One line; its noise is the study's pooled noise (one measurement noise for the whole
     study, estimated from every fit's residuals), or the line's own when that is larger."""
     ks, times, weights = _stack(pts)
@@ -296,9 +299,16 @@ def _fit_line(concurrency: int, drafter: Drafter | None, pts, off_points, pooled
     if np.unique(ks).size >= 2:
         coef, inverse, residual, own_df = _wls(ks, times, weights)
         sd = max(math.sqrt(residual / own_df), pooled) if own_df > 0 else pooled
-        fits = _line_fits(points, coef, pooled)
-        if len(points) < 3:
-            basis = "line through two draft lengths; noise from the other fits"
+        # Only a known run-to-run noise can say a line fits its points: the fallback's 7% would pass
+        # a step-shaped T as a line and overwrite what was measured.
+        fits = pool and _line_fits(points, coef, pooled)
+        misfit = pool and len(points) >= 3 and not fits
+        if len(points) < 3 or not pool:
+            basis = (
+                f"weighted least squares over {len(points)} draft lengths"
+                if len(points) >= 3
+                else "line through two draft lengths; noise from the other fits"
+            )
         elif fits:
             basis = f"weighted least squares over {len(points)} draft lengths (they fit it: the line is used at each)"
         else:
@@ -306,9 +316,10 @@ def _fit_line(concurrency: int, drafter: Drafter | None, pts, off_points, pooled
                 f"weighted least squares over {len(points)} draft lengths, which misfit it beyond the noise: "
                 "measured points stand for themselves"
             )
-        return _record(
+        fit = _record(
             concurrency, drafter, points, coef[0], coef[1], inverse * sd**2, sd, pooled_df, basis, False, fits
         )
+        return replace(fit, misfit=misfit)
     k1, t1 = points[0].num_speculative_tokens, points[0].step_time_s
     if off_points:
         slope = max((t1 - off_points[0][0].step_time_s) / k1, 0.0)

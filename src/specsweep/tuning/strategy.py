@@ -306,7 +306,7 @@ def _costs(cells: Sequence[CellBelief], options: Sequence[_Config], budget: Budg
 
 
 def _minutes(seconds: float, modelled: bool) -> str:
-    return f"{seconds / 60:.1f} min" + (" (modelled)" if modelled else "")
+    return (f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s") + (" (modelled)" if modelled else "")
 
 
 def _options(state: _State) -> list[_Config]:
@@ -340,8 +340,9 @@ def _cells(
                 continue
             try:
                 sample = sample_rates(
-                    model.throughput, model.fits, concurrency=level, k_min=k_min, draws=DRAWS, seed=1000 * index + level
-                )
+                    model.throughput, model.fits, concurrency=level, k_min=k_min, draws=DRAWS,
+                    seed=1000 * index + level, workload=workload,
+                )  # fmt: skip
             except FitError:
                 continue
             sample = _restrict(sample, runnable)

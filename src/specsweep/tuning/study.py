@@ -339,7 +339,9 @@ class StudyRunner:
             value = self.trials.run(self.study, trial, spec, targets)
         except KeyboardInterrupt:
             with _no_interrupt():
-                self.trials.fail(self.study, trial, INTERRUPTED)
+                # a Ctrl-C while the finished trial's line is printed: it is told already, and kept
+                if self.study.trials[trial.number].state == optuna.trial.TrialState.RUNNING:
+                    self.trials.fail(self.study, trial, INTERRUPTED)
             raise
         finally:
             self._trial_wall_s += time.monotonic() - trial_started
