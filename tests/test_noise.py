@@ -9,7 +9,7 @@ import pytest
 
 from specsweep.analysis.noise import MIN_RELATIVE_SD, run_to_run_noise
 from specsweep.engines.vllm import validate_speculative_config
-from specsweep.types import BootFacts, LevelFigures, MeasuredConfig
+from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, RunNoisePrior
 
 LEVELS = (1, 4)
 TOKENS_PER_STEP = {"greedy": 1.8, "probabilistic": 2.1}  # the methods accept differently
@@ -54,11 +54,29 @@ def test_a_repeat_at_two_levels_is_one_degree_of_freedom() -> None:
 
 def test_sibling_pairs_with_a_constant_cost_ratio_are_not_noise() -> None:
     # Greedy and probabilistic at k = 1..4, every start exact: the 3% ratio is the model, not noise
-    # (3 degrees of freedom per level; residuals of 0 say nothing of the levels sharing starts).
+    # (3 degrees of freedom per level; residuals of 0 say nothing of the levels sharing starts), and
+    # so is each drafter's line in k (4 draft lengths, 2 degrees of freedom per drafter and level).
     configs = [measured(2 * k + i, k, m, 1.0) for k in range(1, 5) for i, m in enumerate(("greedy", "probabilistic"))]
     noise = run_to_run_noise(configs, "prose")
-    assert noise is not None and noise.repeated == 0 and noise.sibling_pairs == 4 and noise.df == 6
+    assert noise is not None and noise.repeated == 0 and noise.sibling_pairs == 4 and noise.lines == 4
+    assert noise.df == 2 * (3 + 2 * 2)
     assert noise.relative_sd == MIN_RELATIVE_SD
+
+
+def test_a_line_its_draft_lengths_fit_is_noise_evidence_and_one_they_misfit_is_not() -> None:
+    """One drafter at k = 1..5, each start off the true line by a known factor: the line's misses
+    (3 degrees of freedom per level) estimate the noise. Steps shaped by captured graph sizes (k = 3
+    and 4 20% slow) misfit a line at the engine's usual 2%: their misses are not counted as noise."""
+    factors = [1.02, 0.98, 1.0, 1.01, 0.99]
+    configs = [measured(k, k, "greedy", f) for k, f in zip(range(1, 6), factors, strict=True)]
+    prior = RunNoisePrior(relative_sd=0.02, df=2, source="test")
+    noise = run_to_run_noise(configs, "prose", prior)
+    assert noise is not None and noise.lines == 2 and noise.df == 3 and noise.repeated == 0
+    assert 0.01 <= noise.relative_sd < 0.02  # the misses (about 1.5%) pulled the usual 2% down
+    shaped = [measured(k, k, "greedy", 1.2 if k in (3, 4) else 1.0) for k in range(1, 6)]
+    misfit = run_to_run_noise(shaped, "prose", prior)
+    assert misfit is not None and misfit.lines == 0 and misfit.df == 0
+    assert misfit.relative_sd == pytest.approx(0.02)  # the usual noise alone
 
 
 def test_one_slow_start_shows_against_its_sibling() -> None:
@@ -93,7 +111,9 @@ def test_the_estimate_recovers_a_known_start_variation(sd: float) -> None:
                 trial += 1
     noise = run_to_run_noise(configs, "prose")
     assert noise is not None and noise.repeated == 16 and noise.sibling_pairs == 8
-    assert noise.df == 16 * 2 + 7  # per level: two per repeated configuration, and 8 pairs less one ratio
+    # per level: two per repeated configuration, 8 pairs less one ratio, and two lines through 8
+    # draft lengths (6 each); the levels share their starts, so one level's count
+    assert noise.df == 16 * 2 + 7 + 2 * 6
     assert noise.relative_sd == pytest.approx(sd, rel=0.25)
 
 
@@ -105,7 +125,7 @@ def test_levels_that_share_their_starts_variation_count_once_and_unrelated_ones_
         measured(i, k, m, 1.0, per_level=(math.exp(rng.gauss(0.0, 0.1)), math.exp(rng.gauss(0.0, 0.1))))
         for i, (k, m) in enumerate(runs)
     ]
-    per_level = 10 + 4  # 10 repeated configurations, 5 sibling ratios less their mean
+    per_level = 10 + 4 + 2 * 3  # 10 repeated configurations, 5 sibling ratios less their mean, 2 lines through 5 k
     a, b = run_to_run_noise(shared, "prose"), run_to_run_noise(own, "prose")
     assert a is not None and b is not None
     assert a.level_correlation > 0.9 and a.df == per_level  # a start slow at one level is slow at both

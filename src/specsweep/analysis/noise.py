@@ -13,7 +13,12 @@ Two kinds of evidence, per workload and concurrency level, on the log scale of s
   length beyond the first). Were the factor not the same at every k, the misfit would only
   widen the estimate.
 
-Before either exists, and pooled with them as its degrees of freedom, the engine's usual noise
+- **Step-time lines.** One drafter measured at three or more draft lengths: where their mean step
+  times fit a line in k (their misses' chi-square at the engine's usual noise below its 95th
+  percentile), the misses are run-to-run noise, K - 2 degrees of freedom per level; a line they
+  misfit is shape (captured graph sizes, drafting only where text matches) and is left out.
+
+Before any of these exists, and pooled with them as its degrees of freedom, the engine's usual noise
 (a ``RunNoisePrior``: what starts of that engine usually vary by, an assumption the study's own
 starts take over from). Never below the starts' own request spread: each level keeps its rate's
 relative standard error from its requests (``LevelFigures.relative_se``), and a start cannot be
@@ -43,10 +48,13 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
+from scipy import stats
+
 from specsweep.analysis.drafters import Drafter
 from specsweep.analysis.throughput import study_observations
 from specsweep.types import MeasuredConfig, RunNoisePrior
 
+LINE_FIT_LEVEL = 0.95  # a line whose misses exceed this chi-square quantile at the usual noise misfits: not noise
 MIN_RELATIVE_SD = 0.01  # a sd from a handful of repeats below this is luck (the measurement alone is ~1.5% off)
 
 
@@ -59,6 +67,7 @@ class RunNoise:
     df: int  # effective degrees of freedom of the measured part (levels that share starts count less)
     repeated: int  # configurations measured in more than one server start
     sibling_pairs: int = 0  # draft lengths where both draft methods of one drafter were measured
+    lines: int = 0  # drafters' step-time lines (per level) whose three or more draft lengths fit them
     level_correlation: float = 0.0  # how alike the levels' residuals are in the starts they share
     prior: RunNoisePrior | None = None  # the engine's usual noise, pooled in with its weight
     within: float | None = None  # the starts' own relative se from their requests' spread (mean over levels)
@@ -83,6 +92,8 @@ class RunNoise:
             parts.append(f"{self.repeated} repeated configuration{'s' if self.repeated > 1 else ''}")
         if self.sibling_pairs:
             parts.append(f"{self.sibling_pairs} greedy/probabilistic pair{'s' if self.sibling_pairs > 1 else ''}")
+        if self.lines:
+            parts.append(f"{self.lines} step-time line{'s' if self.lines > 1 else ''}")
         text = f"{' and '.join(parts)}, {self.df} degree{'s' if self.df != 1 else ''} of freedom" if parts else ""
         if self.prior is not None:
             usual = f"the engine's usual {100 * self.prior.relative_sd:.0f}% ({self.prior.source})"
@@ -142,6 +153,21 @@ def run_to_run_noise(
         row.df += len(ratios) - 1
         row.residuals.update((("pair", method, k), (d - mean) / math.sqrt(v)) for k, d, v in ratios)
         pairs.update((method, k) for k, _, _ in ratios)
+    lines = 0
+    for (drafter, level), points in _line_points(cells).items():
+        misses = _line_misses(points)
+        if misses is None:
+            continue
+        squares = sum(m * m for m in misses.values())
+        df = len(points) - 2
+        # A line its points misfit (step-shaped times, drafting only where text matches) is not noise.
+        if prior is not None and squares > prior.relative_sd**2 * float(stats.chi2.ppf(LINE_FIT_LEVEL, df)):
+            continue
+        row = levels.setdefault(level, _Level())
+        row.squares += squares
+        row.df += df
+        row.residuals.update((("line", drafter, k), m) for k, m in misses.items())
+        lines += 1
     used = [row for row in levels.values() if row.df > 0]
     if not used and prior is None:
         return None
@@ -162,10 +188,44 @@ def run_to_run_noise(
         df=effective,
         repeated=len(repeated),
         sibling_pairs=len(pairs),
+        lines=lines,
         level_correlation=rho,
         prior=prior,
         within=own,
     )
+
+
+def _line_points(cells: Cells) -> dict[tuple[Drafter, int], list[tuple[int, float, int]]]:
+    """Per (drafter, level) measured at three or more draft lengths: (k, mean step time, starts)."""
+    out: dict[tuple[Drafter, int], list[tuple[int, float, int]]] = {}
+    for (drafter, k), by_level in cells.items():
+        if drafter is None or k == 0:
+            continue
+        for level, points in by_level.items():
+            mean = math.exp(sum(x for _, x in points) / len(points))
+            out.setdefault((drafter, level), []).append((k, mean, len(points)))
+    return {key: sorted(points) for key, points in out.items() if len(points) >= 3}
+
+
+def _line_misses(points: Sequence[tuple[int, float, int]]) -> dict[int, float] | None:
+    """Each draft length's relative miss from the line T = a + b k through the points (weighted
+    by starts over T squared, as analysis/throughput.py fits it), in units of one start's: the
+    residuals of a line are run-to-run noise with K - 2 degrees of freedom where it is the truth."""
+    weights = [n / t**2 for _, t, n in points]
+    sw = sum(weights)
+    mk = sum(w * k for w, (k, _, _) in zip(weights, points, strict=True)) / sw
+    mt = sum(w * t for w, (_, t, _) in zip(weights, points, strict=True)) / sw
+    sxx = sum(w * (k - mk) ** 2 for w, (k, _, _) in zip(weights, points, strict=True))
+    if sxx <= 0:
+        return None
+    slope = sum(w * (k - mk) * (t - mt) for w, (k, t, _) in zip(weights, points, strict=True)) / sxx
+    out = {}
+    for k, t, n in points:
+        line = mt + slope * (k - mk)
+        if line <= 0:
+            return None
+        out[k] = (t - line) / line * math.sqrt(n)
+    return out
 
 
 def _level_correlation(levels: Sequence[_Level]) -> float:

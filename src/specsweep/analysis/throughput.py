@@ -37,7 +37,7 @@ from specsweep.errors import FitError
 from specsweep.types import MeasuredConfig
 
 FALLBACK_RELATIVE_SD = 0.07  # run-to-run spread of the user report's three single-stream runs
-LINE_FIT_LEVEL = 0.99  # a line misfits its points when their lack-of-fit chi-square is above this quantile
+LINE_FIT_LEVEL = 0.95  # a line misfits its points when their lack-of-fit chi-square is above this quantile
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -362,7 +362,7 @@ def _shaped_like(
 def _line_fits(points: Sequence[StepTimePoint], coef: np.ndarray, noise: float) -> bool:
     """Whether the measured means at three or more draft lengths agree with the line within the run-
     to-run noise (lack of fit: the chi-square of their relative misses, each over noise / sqrt(starts),
-    below its 99th percentile with K - 2 degrees of freedom)."""
+    below its 95th percentile with K - 2 degrees of freedom)."""
     if len(points) < 3 or noise <= 0:
         return False
     chi2 = 0.0
