@@ -303,7 +303,7 @@ def test_model_study_on_the_emulator_finds_the_true_best_with_fewer_restarts_tha
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "sampler model" in out and "11 distinct configurations" in out
-    stop = re.search(r"stopped: (.+) \((\d+) server restarts this run\)", out)
+    stop = re.search(r"stopped: (.+) \((\d+) server starts this run\)", out)
     assert stop and ("no start is worth its time" in stop.group(1) or "tolerance" in stop.group(1)), out
     restarts = int(stop.group(2))
     assert restarts <= 7

@@ -108,7 +108,7 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
         words = pasted.stdout.split()
         assert int(words[words.index(flag) + 1]) in (best[1][0], best[4][0])
     assert (folder / "study.db").is_file()
-    restarts = int(re.search(r"\((\d+) server restarts this run\)", out).group(1))
+    restarts = int(re.search(r"\((\d+) server starts this run\)", out).group(1))
     assert restarts <= 7  # the grid has 11 configurations
     assert len(re.findall(r"next: worth it: .+: expected to buy [\d.]+ tok/s", out)) == restarts - 3  # off, 2 largest k
     # what is left, before every start: never more than the grid's 11; once values exist, how many
@@ -127,7 +127,7 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
     # Running the README's command again continues the stored study: no restart, same answer.
     again = specsweep("study", "--workload", "technical", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert "continuing it" in again.stdout and "(0 server restarts this run)" in again.stdout
+    assert "continuing it" in again.stdout and "(0 server starts this run)" in again.stdout
     assert re.search(rf"technical at concurrency 1: k={best[1][0]} {best[1][1]}", again.stdout)
 
 

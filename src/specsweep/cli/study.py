@@ -180,7 +180,7 @@ def study(
     )
     with status:
         outcome = runner.run(max_trials=trials)
-    out.print(f"\nstopped: {outcome.stop_reason} ({outcome.restarts} server restarts this run)")
+    out.print(f"\nstopped: {outcome.stop_reason} ({outcome.restarts} server starts this run)")
     for tie in outcome.ties:
         out.print(f"  leaders: {tie}")
     if outcome.time is not None:
