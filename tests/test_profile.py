@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specsweep.emulator.profile import bundled_profile_names, load_profile, parse_profile
+from specsweep.emulator.profile import Faults, StepTiming, bundled_profile_names, load_profile, parse_profile
 from specsweep.errors import ConfigError
 
 DEFAULT_TEXT = (
@@ -49,6 +49,10 @@ def test_a_profile_file_by_path(tmp_path: Path) -> None:
         ("0.741, 0.538", "0.741, 0.838", "non-increasing"),
         ("rank_memory_suggestions = [0.8526, 0.8556]", "rank_memory_suggestions = [0.8526]", "one value per rank"),
         ('served_model_name = "deepseek-ai/DeepSeek-V4-Flash-0731"\n', "", "served_model_name is required"),
+        ("verify_token_s = 0.0062\n", "", "timing.verify_token_s is required"),
+        ("jitter = 0.03", "jitter = 0.03\ncaptured_widths = [8, 2.5]", "captured_widths must be a list of whole"),
+        ("[faults]", "[faults]\ncrash_after_requests = -1", "crash_after_requests must be a whole"),
+        ("[faults]", "[faults]\nstartup_s = 5.0", "faults.startup_s is not a known key"),
     ],
 )
 def test_bad_profiles_name_the_key(old: str, new: str, message: str) -> None:
@@ -69,3 +73,21 @@ def test_any_text_parses_or_raises_config_error(text: str) -> None:
         parse_profile(text, source="fuzz")
     except ConfigError as exc:
         assert "profile fuzz" in str(exc)
+
+
+def test_timing_and_faults_left_out_take_their_records_defaults() -> None:
+    """A profile that writes only the required timing keys gets StepTiming's and Faults' own
+    defaults for the rest: the records are the one place those defaults live."""
+    lines = [line for line in DEFAULT_TEXT.splitlines() if not line.startswith(OPTIONAL_TIMING_KEYS)]
+    profile = parse_profile("\n".join(lines), source="t")
+    required = {"base_s": 0.0345, "per_sequence_s": 0.001, "verify_token_s": 0.0062, "draft_position_s": 0.0014}
+    assert profile.timing == StepTiming(**required)
+    assert profile.faults == Faults(boot_fail_above_k=10)  # the one fault the profile writes
+    with_widths = parse_profile(DEFAULT_TEXT.replace("jitter = 0.03", "captured_widths = [16, 4, 8]"), source="t")
+    assert with_widths.timing.captured_widths == (4, 8, 16)  # sorted: a step pads to the smallest that holds it
+    assert with_widths.timing.verified_width(5) == 8 and with_widths.timing.verified_width(20) == 20
+
+
+OPTIONAL_TIMING_KEYS = (
+    "draft_batch_slope", "probabilistic_factor", "prefill_tokens_per_s", "request_overhead_s", "jitter",
+)  # fmt: skip

@@ -7,13 +7,14 @@ each key. Bundled profiles live in ``specsweep/emulator/profiles``; any path wor
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from importlib import resources
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from specsweep.errors import ConfigError
+from specsweep.toml_records import NOT_IN_FILE, RecordTable, record_keys
 
 CONTENT_CLASSES = ("prose", "technical")
 
@@ -74,7 +75,7 @@ class Faults:
     http_500_every: int | None = None  # every Nth request answers HTTP 500 (vLLM's error body)
     metrics_404: bool = False  # /metrics answers 404, as a server started without metrics
     metrics_without_spec: bool = False  # /metrics lacks the spec-decode counters even with speculation on
-    startup_s: float | None = None  # overrides the profile's startup time (a slow start)
+    startup_s: float | None = field(default=None, metadata=NOT_IN_FILE)  # set by `emulate --startup-s`: a slow start
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,24 +169,7 @@ def parse_profile(text: str, *, source: str = "<profile>") -> Profile:
         sub.done()
         classes[name] = ClassAcceptance(per_position=rates)
 
-    timing_reader = _Reader(reader.table("timing"), source, "timing.")
-    timing = StepTiming(
-        base_s=timing_reader.number("base_s", minimum=0.0),
-        per_sequence_s=timing_reader.number("per_sequence_s", minimum=0.0),
-        verify_token_s=timing_reader.number("verify_token_s", minimum=0.0),
-        draft_position_s=timing_reader.number("draft_position_s", minimum=0.0),
-        draft_batch_slope=timing_reader.number("draft_batch_slope", 0.0, minimum=0.0),
-        probabilistic_factor=timing_reader.number("probabilistic_factor", 1.0, minimum=0.5),
-        prefill_tokens_per_s=timing_reader.number("prefill_tokens_per_s", 3000.0, minimum=1.0),
-        request_overhead_s=timing_reader.number("request_overhead_s", 0.005, minimum=0.0),
-        jitter=timing_reader.number("jitter", 0.0, minimum=0.0),
-        start_variation=timing_reader.number("start_variation", 0.0, minimum=0.0),
-        drift=timing_reader.number("drift", 0.0, minimum=0.0),
-        drift_period_s=timing_reader.number("drift_period_s", 900.0, minimum=1.0),
-        draft_fixed_s=timing_reader.number("draft_fixed_s", 0.0, minimum=0.0),
-        captured_widths=tuple(sorted(int(w) for w in timing_reader.list_of_numbers("captured_widths", []))),
-    )
-    timing_reader.done()
+    timing = _read_record(reader.table("timing"), StepTiming, source, "timing", TIMING_MINIMUMS)
     if timing.base_s + timing.per_sequence_s + timing.verify_token_s <= 0:
         raise ConfigError(f"profile {source}: timing needs a positive step time (base_s > 0).")
 
@@ -212,21 +196,7 @@ def parse_profile(text: str, *, source: str = "<profile>") -> Profile:
     sigma = output.number("sigma", 0.35, minimum=0.0)
     output.done()
 
-    fault_reader = _Reader(reader.table("faults", {}), source, "faults.")
-    faults = Faults(
-        boot_fail_above_k=fault_reader.optional_int("boot_fail_above_k"),
-        hang_at_boot=fault_reader.boolean("hang_at_boot", False),
-        crash_after_requests=fault_reader.optional_int("crash_after_requests"),
-        drop_stream_every=fault_reader.optional_int("drop_stream_every"),
-        malformed_sse_every=fault_reader.optional_int("malformed_sse_every"),
-        omit_usage=fault_reader.boolean("omit_usage", False),
-        http_500_every=fault_reader.optional_int("http_500_every"),
-        metrics_404=fault_reader.boolean("metrics_404", False),
-        metrics_without_spec=fault_reader.boolean("metrics_without_spec", False),
-        startup_s=None,
-    )
-    fault_reader.done()
-
+    faults = _read_record(reader.table("faults", {}), Faults, source, "faults", {})
     profile = Profile(
         name=reader.string("name"),
         description=reader.string("description", ""),
@@ -258,6 +228,52 @@ def parse_profile(text: str, *, source: str = "<profile>") -> Profile:
             f"(tensor_parallel_size = {profile.tensor_parallel_size})."
         )
     return profile
+
+
+# The least value of each timing key; every other key's kind and default come from StepTiming.
+TIMING_MINIMUMS = {
+    "base_s": 0.0, "per_sequence_s": 0.0, "verify_token_s": 0.0, "draft_position_s": 0.0,
+    "draft_batch_slope": 0.0, "probabilistic_factor": 0.5, "prefill_tokens_per_s": 1.0,
+    "request_overhead_s": 0.0, "jitter": 0.0, "start_variation": 0.0, "drift": 0.0,
+    "drift_period_s": 1.0, "draft_fixed_s": 0.0,
+}  # fmt: skip
+
+
+def _read_record(values: dict[str, Any], record: Any, source: str, path: str, minimums: dict[str, float]) -> Any:
+    """The table ``path`` as ``record``: its keys are the record's fields, a missing key is the
+    field's default, and a field's kind is its annotation's (``int | None``: a whole number or
+    absent; ``tuple[int, ...]``: a list of whole numbers, sorted)."""
+    table = RecordTable(values=values, path=path, record=record, source=f"profile {source}")
+    known = record_keys(record, path)[path]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ConfigError(f"profile {source}: {path}.{unknown[0]} is not a known key (see docs/emulator.md).")
+    filled: dict[str, Any] = {}
+    for spec in fields(record):
+        if spec.name not in known:
+            continue
+        if spec.default is MISSING and spec.default_factory is MISSING and spec.name not in values:
+            raise ConfigError(f"profile {source}: {path}.{spec.name} is required.")
+        filled[spec.name] = _field_value(table, spec.name, str(spec.type), source)
+        minimum = minimums.get(spec.name)
+        if minimum is not None and filled[spec.name] < minimum:
+            raise ConfigError(f"profile {source}: {path}.{spec.name} must be >= {minimum}.")
+    return record(**filled)
+
+
+def _field_value(table: RecordTable, key: str, annotation: str, source: str) -> Any:
+    """One key of ``table`` read as its field's annotation says."""
+    if annotation == "int | None":
+        value = table.raw(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ConfigError(f"profile {source}: {table.path}.{key} must be a whole number >= 0.")
+        return value
+    if annotation == "tuple[int, ...]":
+        value = table.raw(key)
+        if not isinstance(value, list) or any(isinstance(x, bool) or not isinstance(x, int) for x in value):
+            raise ConfigError(f"profile {source}: {table.path}.{key} must be a list of whole numbers.")
+        return tuple(sorted(value))
+    return table.get(key, {"float": float, "bool": bool, "int": int, "str": str}[annotation])
 
 
 _REQUIRED: Any = object()
@@ -302,14 +318,6 @@ class _Reader:
         if minimum is not None and value < minimum:
             raise self._fail(key, f"must be >= {minimum}")
         return float(value)
-
-    def optional_int(self, key: str) -> int | None:
-        value = self._get(key, None)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self._fail(key, "must be a whole number >= 0")
-        return value
 
     def boolean(self, key: str, default: bool) -> bool:
         value = self._get(key, default)
