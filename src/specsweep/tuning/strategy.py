@@ -10,14 +10,17 @@ Order of decisions (docs/search.md), one small function each:
 1. speculation off, when the space has it (the floor every drafter's step time is above);
 2. each drafter (draft method and opened fields) at its largest draft length that has not failed:
    for chain drafters one run at the largest k measures the acceptance of every smaller k;
-3. the start worth most: every untried configuration and every measured one (a repeat) is
+3. every draft length of a drafter that looks its drafts up (an n-gram or suffix drafter: it
+   drafts only where the text matches, so its step time is not a line in k and no draft length
+   can be predicted from the others), the one worth most first, before any repeat;
+4. the start worth most: every untried configuration and every measured one (a repeat) is
    valued by the user's loss it is expected to remove, summed over the cells
    (analysis/value.py), against its cost: this study's mean boot plus its measuring time (the
    study's mean measuring time, scaled by how much slower or faster it is predicted to stream).
    A start is worth it when it is expected to buy ``START_PRICE`` of the tolerance of the cells'
    summed rate for a start of the study's mean cost, in proportion to its own cost; the start
    that buys most per minute goes next;
-4. stop when none is worth it, and never after as many starts as the grid has configurations.
+5. stop when none is worth it, and never after as many starts as the grid has configurations.
 
 Before each start the study says which start it is, the most it will make (the grid's size),
 how many it expects (the starts made, this one, and each other start worth its price now) and
@@ -60,6 +63,7 @@ class Phase(StrEnum):
 
     OFF = "speculation off"
     LARGEST_K = "largest k"
+    EVERY_K = "every k"  # a drafter that looks its drafts up has no step-time line: each k is measured
     WORTH = "worth it"  # its expected gain is worth its cost
     WAIT = "wait"  # another worker is measuring what is needed next
     STOP = "stop"
@@ -111,6 +115,7 @@ class _Config:
     key: str
     params: dict[str, Any]
     candidate: Candidate
+    looks_up: bool = False  # its drafter looks drafts up in the text (the engine's vocabulary says which)
 
     @property
     def k(self) -> int:
@@ -258,9 +263,19 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     mean_cost = state.budget.start_s or 1.0  # untimed: every cost is 1.0 too
     price = {c.key: settings.tolerance * START_PRICE * costs[c.key] / mean_cost for c in options}
     worth = [c for c in options if values[c.candidate].share >= price[c.key]]
-    budget = replace(state.budget, expected=min(state.budget.cap, state.budget.starts + len(worth)))
+    unlined = [c for c in state.untried if c.looks_up]
+    wanted = len({c.key for c in (*worth, *unlined)})
+    budget = replace(state.budget, expected=min(state.budget.cap, state.budget.starts + wanted))
     picks = {(c.workload, c.concurrency): p for c in cells if (p := cell_loss(c, settings.tolerance).pick)}
     extra.update(budget=budget, ties=_ties(cells, settings.tolerance, values), picks=picks)
+    if unlined and budget.starts < budget.cap:
+        chosen = max(unlined, key=lambda c: values[c.candidate].share / (costs[c.key] or 1.0))
+        method = (chosen.drafter.method if chosen.drafter else "").split(" ")[0]
+        reason = (
+            f"{chosen.candidate.short_label}: {method} looks its drafts up where the text matches, so its step "
+            "time is not a line in k and no draft length is predicted from the others: each is measured"
+        )
+        return _decision(state, chosen, Phase.EVERY_K, reason, value=values[chosen.candidate], **extra)
     if worth and budget.starts < budget.cap:
         chosen = max(worth, key=lambda c: values[c.candidate].share / (costs[c.key] or 1.0))
         value = values[chosen.candidate]
@@ -436,5 +451,6 @@ def _space_configs(space: Space) -> dict[str, _Config]:
         drafter = drafter_of(spec)
         k = int(params["num_speculative_tokens"])
         candidate = Candidate(drafter=drafter if k else None, num_speculative_tokens=k if drafter else 0)
-        out[config_key(spec)] = _Config(key=config_key(spec), params=params, candidate=candidate)
+        looks_up = spec is not None and not space.samples_drafts(spec)
+        out[config_key(spec)] = _Config(key=config_key(spec), params=params, candidate=candidate, looks_up=looks_up)
     return out
