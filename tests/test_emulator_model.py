@@ -35,7 +35,7 @@ def test_default_profile_reproduces_the_report_curves_at_its_configuration() -> 
     technical = acceptance_curve(profile, "technical", config, profile.reference_temperature)
     assert prose == pytest.approx(REPORT_PROSE, abs=1e-9)
     assert technical == pytest.approx(REPORT_TECHNICAL, abs=1e-9)
-    # math.md: E(5) = 3.222 (prose) and 2.208 (technical)
+    # docs/math.md#worked-numbers: E(5) = 3.222 (prose) and 2.208 (technical)
     assert expected_tokens_per_step(prose) == pytest.approx(3.222, abs=1e-6)
     assert expected_tokens_per_step(technical) == pytest.approx(2.208, abs=1e-6)
 

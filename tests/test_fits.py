@@ -1,4 +1,4 @@
-"""Acceptance fits against independent truth: math.md's worked numbers and simulated counts."""
+"""Acceptance fits against independent truth: docs/math.md#worked-numbers and simulated counts."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ def simulate_steps(conditional, steps, rng):
     ids=["prose", "technical"],
 )
 def test_math_md_logistic_has_the_best_aic(per_position, b0, b1):
+    """The AIC choice and parameters of docs/math.md#worked-numbers."""
     fit = fit_acceptance(**counts(per_position), k_max=8)
     assert fit.chosen == "logistic"
     assert fit.models[0].name == "logistic" and fit.models[0].delta_aic == 0
@@ -54,6 +55,7 @@ def test_math_md_logistic_has_the_best_aic(per_position, b0, b1):
     ids=["prose", "technical"],
 )
 def test_math_md_tokens_per_step(per_position, expected):
+    """E(1..5) of docs/math.md#worked-numbers, from counts."""
     fit = fit_acceptance(**counts(per_position), k_max=5)
     assert [p.tokens_per_step for p in fit.prediction] == pytest.approx(expected, abs=5e-4)
     assert all(p.source == "measured" for p in fit.prediction)
@@ -62,17 +64,18 @@ def test_math_md_tokens_per_step(per_position, expected):
 @pytest.mark.parametrize(
     ("per_position", "model", "low", "high"),
     [
-        # math.md: logistic and exponential predict the technical S_5 = 0.035 within 0.002.
+        # docs/math.md#worked-numbers: logistic and exponential predict the technical S_5 = 0.035 within 0.002.
         (TECHNICAL, "exponential", 0.033, 0.037),
         # The logistic fit to positions 1..4 gives S_5 = 0.03289, 0.0021 below 0.035: within 0.002
         # only after rounding (docs/analysis.md).
         (TECHNICAL, "logistic", 0.0328, 0.0330),
-        # math.md: prose extrapolation is slightly conservative, 0.21-0.22 against 0.241.
+        # docs/math.md#worked-numbers: prose extrapolation is slightly conservative, 0.21-0.22 against 0.241.
         (PROSE, "logistic", 0.21, 0.22),
         (PROSE, "exponential", 0.21, 0.22),
     ],
 )
 def test_math_md_held_out_fifth_position(per_position, model, low, high):
+    """The held-out S_5 of docs/math.md#worked-numbers."""
     fit = fit_acceptance(**counts(per_position[:4]), k_max=5)
     assert low <= fit.model(model).per_position[4] <= high
 

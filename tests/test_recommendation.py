@@ -1,4 +1,5 @@
-"""Recommendations against math.md's table, the tie rule, speculation off, gains, batch-size tables."""
+"""Recommendations against the best k of docs/math.md#worked-numbers, the tie rule, speculation off, gains,
+batch-size tables."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ MATH_MD_TABLE += [(0.20, PROSE, 3), (0.20, TECHNICAL, 2)]
 @pytest.mark.parametrize(("c", "per_position", "best_k"), MATH_MD_TABLE)
 @pytest.mark.parametrize("acceptance", ["exact", "counts"])
 def test_math_md_best_k_for_every_step_cost(c, per_position, best_k, acceptance):
+    """The best k for each step cost c of docs/math.md#worked-numbers."""
     model = fit_throughput_model(linear_cost_model(per_position, c, workload="w"))
     given = (
         per_position
@@ -68,6 +70,7 @@ def test_math_md_best_k_for_every_step_cost(c, per_position, best_k, acceptance)
 
 
 def test_math_md_prose_k4_is_within_one_percent_at_c_010():
+    """Prose at c = 0.10: k = 4 within 1% of k = 5 (docs/math.md#worked-numbers)."""
     model = fit_throughput_model(linear_cost_model(PROSE, 0.10, workload="prose"))
     rec = recommend_draft_length(model, {DSPARK: PROSE}, concurrency=1, workload="prose")
     k4 = next(r for r in rec.candidates if r.candidate.num_speculative_tokens == 4)
@@ -106,7 +109,7 @@ def test_recommendations_stay_inside_the_searched_range():
     """A range of k = 3..5 never recommends k = 1 or 2, even where they predict more."""
     model = fit_throughput_model(linear_cost_model(TECHNICAL, 0.20, workload="technical"))
     free = recommend_draft_length(model, {DSPARK: TECHNICAL}, concurrency=1, workload="technical")
-    assert free.choice.num_speculative_tokens == 2  # math.md: technical, c = 0.20
+    assert free.choice.num_speculative_tokens == 2  # docs/math.md#worked-numbers: technical, c = 0.20
     bounded = recommend_draft_length(model, {DSPARK: TECHNICAL}, concurrency=1, workload="technical", k_min=3)
     assert bounded.choice.num_speculative_tokens == 3
     assert all(r.candidate.off or r.candidate.num_speculative_tokens >= 3 for r in bounded.candidates)

@@ -27,7 +27,7 @@ from specsweep.types import RunNoisePrior, StudySettings
 from .builders import emulator_study, specsweep, write_study
 from .test_study import true_best
 
-# The user report's dense technical curve (math.md), and a step time T = T0 (1 + c k).
+# The user report's dense technical curve (docs/math.md#worked-numbers), and a step time T = T0 (1 + c k).
 S = (0.569, 0.347, 0.188, 0.069, 0.035)
 T0, C = 0.04, 0.10
 SPACE = build_space(
@@ -177,7 +177,7 @@ def test_the_search_stops_on_the_model_the_report_draws() -> None:
 
 def test_the_stop_does_not_fire_while_an_untried_config_can_beat_the_pick() -> None:
     # The line is pinned (k = 1, 2, 5), but the true best k = 3 is untried.
-    assert best_by_truth() == (3, "probabilistic")  # math.md: technical, c = 0.10
+    assert best_by_truth() == (3, "probabilistic")  # docs/math.md#worked-numbers: technical, c = 0.10
     measured = [(0, "off"), (5, "greedy"), (5, "probabilistic"), (2, "probabilistic"), (1, "probabilistic")]
     decision = decide(trials_for(*measured, noise=0.01))
     assert decision.params is not None and chosen(decision) in ((3, "probabilistic"), (4, "probabilistic"))

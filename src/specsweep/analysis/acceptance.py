@@ -1,6 +1,6 @@
 """Acceptance along the draft: unconditional S_i, conditional p_i, expected tokens per step.
 
-Notation (docs/math.md): A is the number of drafted tokens accepted in one verification step,
+Notation (docs/math.md#notation): A is the number of drafted tokens accepted in one verification step,
 S_i = P(A >= i) for i = 1..k, p_i = S_i / S_(i-1) with S_0 = 1, and a step emits A + 1 tokens.
 """
 

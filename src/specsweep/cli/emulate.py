@@ -71,7 +71,8 @@ def emulate(
     traffic: str = typer.Option(
         None,
         help="Serve this traffic schedule itself (a bundled name such as day-night, or a TOML file): "
-        "closed-loop streams whose number and content mix change per window (docs/emulator.md). "
+        "closed-loop streams whose number and content mix change per window "
+        "(docs/watch.md#the-emulators-traffic-and-the-truth). "
         "With --print-truth: each window's truth.",
     ),
     start_index: int = typer.Option(

@@ -1,7 +1,7 @@
 """Traffic schedules: which content mix and how many concurrent streams the emulator serves, and
 when; and the truth of every window (the rate each configuration would get on it).
 
-A schedule is a TOML file of windows in modelled seconds (docs/emulator.md, "Traffic"):
+A schedule is a TOML file of windows in modelled seconds (docs/watch.md#the-emulators-traffic-and-the-truth):
 
     name = "day-night"
     max_tokens = 600           # every request asks for this many tokens
