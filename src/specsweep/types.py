@@ -61,7 +61,7 @@ class SpeculativeConfig:
         if not isinstance(raw, dict):
             raise ValueError(f"a speculative config is a JSON object, got {text!r}")
         known = {f.name for f in fields(cls)} - {"extra", "num_speculative_tokens_per_batch_size"}
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in known}
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in known}
         rows = raw.get("num_speculative_tokens_per_batch_size")
         table = None
         if rows:

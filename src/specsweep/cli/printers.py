@@ -140,7 +140,7 @@ def print_rig_recommendation(
         rec = item.recommendation
         running = (
             f"; running {item.running.short_label} measured {item.running_tokens_per_s:.1f} tok/s"
-            if (item.running_tokens_per_s)
+            if item.running is not None and item.running_tokens_per_s
             else ""
         )
         out.print(

@@ -385,6 +385,7 @@ def read_trial_file(folder: Path, record: TrialRecord) -> dict[str, Any] | None:
     if not record.record_file:
         return None
     try:
-        return json.loads((folder / record.record_file).read_text(encoding="utf-8"))
+        stored: dict[str, Any] = json.loads((folder / record.record_file).read_text(encoding="utf-8"))
+        return stored
     except (OSError, ValueError):
         return None

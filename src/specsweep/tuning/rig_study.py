@@ -19,7 +19,12 @@ import optuna
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of, drafter_of
 from specsweep.analysis.rig import LevelTiming, Rig, RigIdentity, decode_steps, fit_rig
-from specsweep.analysis.rig_workload import acceptance_from_levels, recommend_with_rig, workload_timing
+from specsweep.analysis.rig_workload import (
+    RigRecommendation,
+    acceptance_from_levels,
+    recommend_with_rig,
+    workload_timing,
+)
 from specsweep.config import StudyConfig
 from specsweep.errors import ConfigError
 from specsweep.tuning.events import Note
@@ -220,7 +225,7 @@ def _measured_rates(trials: list[TrialRecord], params: dict[str, Any]) -> dict[t
     return None
 
 
-def _predicted(item, k: int) -> float:
+def _predicted(item: RigRecommendation, k: int) -> float:
     rec = item.recommendation
     for row in rec.candidates:
         if row.candidate.num_speculative_tokens == k:
