@@ -119,7 +119,7 @@ def run_rig_study(
     starts = 0
     unchecked: tuple[str, ...] = ()
     for number, item in enumerate(plan):
-        starts += runner.measure(item.params) in ("measured", "failed")
+        starts += runner.measure(item.params).started_server
         if number == 0:
             unchecked = _check_running_server(rig, read_trials(runner.study))
     trials = read_trials(runner.study, (optuna.trial.TrialState.COMPLETE,))
@@ -139,7 +139,7 @@ def run_rig_study(
         if measured is None:
             label = candidate_of(runner.space.config_from_params(params)).short_label
             emit(Note(text=f"checking the predicted optimum: {label}"))
-            starts += runner.measure(params) in ("measured", "failed")
+            starts += runner.measure(params).started_server
             measured = _measured_rates(read_trials(runner.study), params) or {}
         rows = tuple(
             (res.workload, level, _predicted(item, k), measured.get((res.workload, level)))
