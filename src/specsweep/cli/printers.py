@@ -27,6 +27,7 @@ from specsweep.tuning.events import (
     Note,
     Planned,
     StartsLeft,
+    StudyEvent,
     TrialDone,
     TrialFailed,
     TrialProgress,
@@ -281,7 +282,7 @@ class StudyProgress:
         self.level_started = 0.0
         self.level_tokens = 0
 
-    def __call__(self, event: object) -> None:
+    def __call__(self, event: StudyEvent) -> None:
         out, status = self.out, self.status
         match event:
             case Note(text=text):

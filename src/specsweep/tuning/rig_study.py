@@ -27,7 +27,7 @@ from specsweep.analysis.rig_workload import (
 )
 from specsweep.config import StudyConfig
 from specsweep.errors import ConfigError
-from specsweep.tuning.events import Note
+from specsweep.tuning.events import Note, StudyEvent
 from specsweep.tuning.records import TrialRecord, read_trials
 from specsweep.tuning.rig import WorkloadOnRig, study_level_timings
 from specsweep.tuning.rig_file import RIG_FILE, check_identity, template_server_args, write_rig
@@ -105,7 +105,7 @@ def run_rig_study(
     *,
     check: bool = False,
     resume: bool = False,
-    on_event: EventCallback | None = None,
+    on_event: EventCallback[StudyEvent] | None = None,
     worker: str | None = None,
 ) -> RigStudyOutcome:
     """Measure what the rig cannot answer, then recommend per workload and concurrency from the rig."""

@@ -31,7 +31,7 @@ from specsweep.runtime.measure import thin_levels
 from specsweep.runtime.trial_server import read_help_flags
 from specsweep.tuning import records
 from specsweep.tuning.claims import claim, key_states
-from specsweep.tuning.events import MeasuredElsewhere, Note, Planned, StartsLeft, TrialReused, Waiting
+from specsweep.tuning.events import MeasuredElsewhere, Note, Planned, StartsLeft, StudyEvent, TrialReused, Waiting
 from specsweep.tuning.records import TrialOutcome
 from specsweep.tuning.space import (
     Space,
@@ -140,7 +140,7 @@ class StudyRunner:
         paths: StudyPaths,
         *,
         resume: bool = False,
-        on_event: EventCallback | None = None,
+        on_event: EventCallback[StudyEvent] | None = None,
         ask_user: Callable[[str], None] | None = None,
         worker: str | None = None,
         queue_initial: bool = True,
@@ -148,7 +148,7 @@ class StudyRunner:
         self.config = config
         self.paths = paths
         self.worker = worker or default_worker()
-        self.emit: EventCallback = on_event or (lambda event: None)
+        self.emit: EventCallback[StudyEvent] = on_event or (lambda event: None)
         self.engine: EngineInfo = engine_info(config.server.engine)
         self.space = build_space(
             config.search,

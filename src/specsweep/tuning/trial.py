@@ -25,10 +25,18 @@ from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import EngineInfo, engine_info
 from specsweep.errors import LaunchError, SpecsweepError
 from specsweep.runtime.identity import read_server_identity
-from specsweep.runtime.measure import Measurement, MeasureSettings, run_measure
+from specsweep.runtime.measure import MeasureEvent, Measurement, MeasureSettings, run_measure
 from specsweep.runtime.trial_server import TrialServer
 from specsweep.tuning import records
-from specsweep.tuning.events import MeasuringWorkload, TrialDone, TrialFailed, TrialProgress, TrialReady, TrialStarting
+from specsweep.tuning.events import (
+    MeasuringWorkload,
+    StudyEvent,
+    TrialDone,
+    TrialFailed,
+    TrialProgress,
+    TrialReady,
+    TrialStarting,
+)
 from specsweep.tuning.study_store import StudyPaths
 from specsweep.types import EventCallback, LevelFigures, MeasuredConfig, SpeculativeConfig
 from specsweep.workload import Workload
@@ -122,7 +130,7 @@ class TrialRunner:
         *,
         api_key: str | None,
         worker: str,
-        emit: EventCallback,
+        emit: EventCallback[StudyEvent],
         ask_user: Callable[[str], None] | None = None,
         help_flags: frozenset[str] | None = None,
     ) -> None:
@@ -242,8 +250,8 @@ class TrialRunner:
             modelled=self.modelled_boot_s is not None,
         )
 
-    def _relay(self, number: int, workload: str) -> EventCallback:
-        def relay(event: object) -> None:
+    def _relay(self, number: int, workload: str) -> EventCallback[MeasureEvent]:
+        def relay(event: MeasureEvent) -> None:
             self.emit(TrialProgress(trial=number, workload=workload, event=event))
 
         return relay
