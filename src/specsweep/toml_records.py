@@ -42,7 +42,12 @@ def record_keys(record: type, table: str, prefix: str = "") -> dict[str, tuple[s
 def record_default(record: type, key: str) -> Any:
     """The default of ``record``'s field ``key``, a tuple as the list a TOML file would write."""
     spec = next(spec for spec in fields(record) if spec.name == key)
-    value = spec.default_factory() if spec.default is MISSING else spec.default
+    if spec.default is not MISSING:
+        value = spec.default
+    elif spec.default_factory is not MISSING:
+        value = spec.default_factory()
+    else:
+        raise KeyError(f"{record.__name__}.{key} has no default")
     return list(value) if isinstance(value, tuple) else value
 
 

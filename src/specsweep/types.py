@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
-# Progress reported while something runs: each layer defines its own event records (runtime's
-# measurement events, tuning's study events); a callback receives them one at a time.
-EventCallback = Callable[[Any], None]
+Event = TypeVar("Event")
+
+# Progress reported while something runs: each layer defines its own event records and names their
+# union (runtime.measure.MeasureEvent, tuning.events.StudyEvent); a callback receives them one at a
+# time, as EventCallback[MeasureEvent] or EventCallback[StudyEvent].
+EventCallback = Callable[[Event], None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,7 +64,7 @@ class SpeculativeConfig:
         if not isinstance(raw, dict):
             raise ValueError(f"a speculative config is a JSON object, got {text!r}")
         known = {f.name for f in fields(cls)} - {"extra", "num_speculative_tokens_per_batch_size"}
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in known}
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in known}
         rows = raw.get("num_speculative_tokens_per_batch_size")
         table = None
         if rows:

@@ -161,15 +161,18 @@ def _message(message: Any, where: str) -> dict[str, Any]:
     content = message.get("content")
     if isinstance(content, list):  # [{"type": "text", "text": "..."}]
         parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        if not parts or not all(isinstance(p, str) for p in parts):
+        texts = [p for p in parts if isinstance(p, str)]
+        if not texts or len(texts) != len(parts):
             raise WorkloadError(f"{where}: a message's content parts must be text ({{type: text, text}}).")
-        content = "\n".join(parts)
+        content = "\n".join(texts)
     return {"role": message.get("role"), "content": content}
 
 
 def from_paragraphs(text: str, *, source: str) -> Converted:
     """Plain text: one prompt per paragraph, paragraphs separated by blank lines."""
-    records, lines, start = [], [], 0
+    records: list[tuple[str, dict[str, Any]]] = []
+    lines: list[str] = []
+    start = 0
     for number, line in enumerate([*text.splitlines(), ""], 1):
         if line.strip():
             if not lines:

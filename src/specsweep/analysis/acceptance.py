@@ -40,4 +40,5 @@ def accepted_length_distribution(per_position: Sequence[float]) -> np.ndarray:
     probs = survival[:-1] - survival[1:]
     if np.any(probs < -1e-12):
         raise ValueError("per-position acceptance must be non-increasing")
-    return np.clip(probs, 0.0, 1.0)
+    clipped: np.ndarray = np.clip(probs, 0.0, 1.0)
+    return clipped

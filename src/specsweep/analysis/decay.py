@@ -52,7 +52,8 @@ class DecayModel:
 
 def _logit(p: np.ndarray | float) -> np.ndarray:
     q = np.clip(np.asarray(p, dtype=float), 1e-6, 1 - 1e-6)
-    return np.log(q / (1 - q))
+    logit: np.ndarray = np.log(q / (1 - q))
+    return logit
 
 
 def _pooled(rates: np.ndarray) -> float:
@@ -65,17 +66,17 @@ def _geometric(theta: np.ndarray, i: np.ndarray) -> np.ndarray:
 
 
 def _logistic(theta: np.ndarray, i: np.ndarray) -> np.ndarray:
-    return expit(theta[..., 0:1] + theta[..., 1:2] * (i - 1))
+    return np.asarray(expit(theta[..., 0:1] + theta[..., 1:2] * (i - 1)), dtype=float)
 
 
 def _exponential(theta: np.ndarray, i: np.ndarray) -> np.ndarray:
     a, g = expit(theta[..., 0:1]), expit(theta[..., 1:2])
-    return np.clip(a * g ** (i - 1), EPS, 1 - EPS)
+    return np.asarray(np.clip(a * g ** (i - 1), EPS, 1 - EPS), dtype=float)
 
 
 def _beta_geometric(theta: np.ndarray, i: np.ndarray) -> np.ndarray:
     mean, size = expit(theta[..., 0:1]), np.exp(theta[..., 1:2])
-    return (mean * size + i - 1) / (size + i - 1)
+    return np.asarray((mean * size + i - 1) / (size + i - 1), dtype=float)
 
 
 def _alpha_beta(theta: np.ndarray) -> tuple[float, float]:

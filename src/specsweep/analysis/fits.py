@@ -22,7 +22,7 @@ hold the point estimate where skew would leave it outside.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -99,7 +99,8 @@ class AcceptanceFit:
 
     def model(self, name: str) -> ModelFit:
         """The fit of the model called ``name``."""
-        for fit in (*self.models, *((self.saturated,) if self.saturated else ())):
+        fits = self.models if self.saturated is None else (*self.models, self.saturated)
+        for fit in fits:
             if fit.name == name:
                 return fit
         raise KeyError(name)
@@ -236,7 +237,9 @@ def fit_decay_model(name: str, counts: np.ndarray, *, k_max: int, design_effect:
     )
 
 
-def inverse_hessian(objective, theta: np.ndarray, bounds: Sequence[tuple[float, float]]) -> np.ndarray:
+def inverse_hessian(
+    objective: Callable[[np.ndarray], float], theta: np.ndarray, bounds: Sequence[tuple[float, float]]
+) -> np.ndarray:
     """Covariance from the negative log-likelihood's curvature, by central differences.
 
     Directions the data do not pin down (a flat likelihood, an optimum on a bound) get
@@ -265,7 +268,8 @@ def inverse_hessian(objective, theta: np.ndarray, bounds: Sequence[tuple[float, 
         return np.eye(m) * MAX_VARIANCE
     eigenvalues, vectors = np.linalg.eigh(hessian)
     eigenvalues = np.maximum(eigenvalues, 1.0 / MAX_VARIANCE)
-    return (vectors / eigenvalues) @ vectors.T
+    covariance: np.ndarray = (vectors / eigenvalues) @ vectors.T
+    return covariance
 
 
 def fit_saturated(counts: np.ndarray, *, k_max: int) -> ModelFit:
@@ -297,19 +301,21 @@ def rank_models(fitted: list[ModelFit], saturated: ModelFit | None) -> tuple[lis
     """Sort by AIC, fill in delta AIC and Akaike weights, name the choice and say why."""
     if not fitted:
         raise FitError("no decay model to fit: name at least one of " + ", ".join(MODEL_NAMES) + ".")
-    fitted = sorted(fitted, key=lambda f: f.aic)
-    best = fitted[0].aic
-    raw = [math.exp(-(f.aic - best) / 2) for f in fitted]
-    total = sum(raw)
-    fitted = [replace(f, delta_aic=f.aic - best, akaike_weight=w / total) for f, w in zip(fitted, raw, strict=True)]
+    scored = sorted(((f.aic, f) for f in fitted if f.aic is not None), key=lambda pair: pair[0])
+    if len(scored) != len(fitted):
+        raise FitError("every decay model ranked by AIC needs a per-position likelihood.")
+    best = scored[0][0]
+    fitted = [replace(f, delta_aic=aic - best, akaike_weight=math.exp(-(aic - best) / 2)) for aic, f in scored]
+    total = sum(f.akaike_weight for f in fitted)
+    fitted = [replace(f, akaike_weight=f.akaike_weight / total) for f in fitted]
     chosen = fitted[0]
-    table = ", ".join([f"{chosen.name} {chosen.aic:.2f}"] + [f"{f.name} +{f.delta_aic:.2f}" for f in fitted[1:]])
+    table = ", ".join([f"{chosen.name} {best:.2f}"] + [f"{f.name} +{f.delta_aic:.2f}" for f in fitted[1:]])
     reason = f"{chosen.name} has the lowest AIC ({table})"
     if len(fitted) > 1 and fitted[1].delta_aic < 2:
         reason += f"; {fitted[1].name} is within 2 AIC units, so the data barely separate them"
-    if saturated is not None and saturated.aic < chosen.aic - 2:
+    if saturated is not None and saturated.aic is not None and saturated.aic < best - 2:
         reason += (
-            f"; the saturated model (p_i free) scores {chosen.aic - saturated.aic:.1f} lower, so the rates vary "
+            f"; the saturated model (p_i free) scores {best - saturated.aic:.1f} lower, so the rates vary "
             "more than any curve: measured positions use the measured rates and the curve only extrapolates"
         )
     return fitted, chosen.name, reason + "."
@@ -319,7 +325,8 @@ def point_per_position(fit: AcceptanceFit) -> np.ndarray:
     """S_1..S_kmax: measured up to K, the chosen curve's conditional rates carried on after."""
     measured = np.asarray(fit.accepted_per_position, dtype=float) / fit.num_drafts if fit.measured_positions else None
     curve = np.asarray(fit.model(fit.chosen).conditional, dtype=float)
-    return _join(measured, curve[None, :], fit.k_max)[0]
+    joined: np.ndarray = _join(measured, curve[None, :], fit.k_max)[0]
+    return joined
 
 
 def per_position_draws(fit: AcceptanceFit, *, draws: int, seed: int) -> np.ndarray:

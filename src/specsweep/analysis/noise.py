@@ -154,12 +154,12 @@ def run_to_run_noise(
         row.residuals.update((("pair", method, k), (d - mean) / math.sqrt(v)) for k, d, v in ratios)
         pairs.update((method, k) for k, _, _ in ratios)
     lines = 0
-    for (drafter, level), points in _line_points(cells).items():
-        misses = _line_misses(points)
+    for (drafter, level), line_points in _line_points(cells).items():
+        misses = _line_misses(line_points)
         if misses is None:
             continue
         squares = sum(m * m for m in misses.values())
-        df = len(points) - 2
+        df = len(line_points) - 2
         # A line its points misfit (step-shaped times, drafting only where text matches) is not noise.
         if prior is not None and squares > prior.relative_sd**2 * float(stats.chi2.ppf(LINE_FIT_LEVEL, df)):
             continue

@@ -16,7 +16,7 @@ Gains are fractions: 0.12 means 12% more tokens per second.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -205,7 +205,9 @@ def _names(sample: RateSample, columns: list[int]) -> str:
     return ", ".join(sample.candidates[j].label for j in columns[:3]) + (" and others" if len(columns) > 3 else "")
 
 
-def _gain(sample: RateSample, chosen: int, other: Candidate, measured, confidence: float) -> Gain:
+def _gain(
+    sample: RateSample, chosen: int, other: Candidate, measured: Callable[[Candidate], float | None], confidence: float
+) -> Gain:
     mine, theirs = measured(sample.candidates[chosen]), measured(other)
     measured_gain = mine / theirs - 1.0 if mine is not None and theirs else None
     if other not in sample.candidates:

@@ -7,7 +7,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specsweep.analysis.drafters import Candidate, Drafter
@@ -61,7 +61,7 @@ def running_draft_length(timing: WorkloadTiming, concurrency: int) -> int | None
 
 def workload_model(
     rig: Rig,
-    acceptance: Mapping[Drafter, Sequence[float]],
+    acceptance: Mapping[Drafter, Iterable[float]],
     timing: WorkloadTiming,
     *,
     run_noise: tuple[float, int] | None = None,

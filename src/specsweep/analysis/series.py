@@ -85,7 +85,7 @@ class IntervalReader:
         self.names = names
         per_pos = names.counters.accepted_per_position
         self._tracked = [*names.counter_names, *((per_pos,) if per_pos else ())]
-        self._last: dict[tuple, tuple[float, float | None]] = {}
+        self._last: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[float, float | None]] = {}
         self._previous: MetricsSnapshot | None = None
         self._first_time: float | None = None
 

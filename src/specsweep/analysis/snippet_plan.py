@@ -91,7 +91,9 @@ def plan_snippet(
             f"{100 * (rec.tokens_per_s / best.tokens_per_s - 1):+.1f}% over {best.candidate.label}, but it was "
             "never measured: an untested extrapolation, not pasted (measure it to confirm)"
         )
-    drafters = {row.candidate.drafter for row in picks.values() if not row.candidate.off}
+    drafters = {
+        row.candidate.drafter for row in picks.values() if not row.candidate.off and row.candidate.drafter is not None
+    }
     max_batch = max_num_seqs or UNKNOWN_MAX_NUM_SEQS
     if not drafters:
         choice = {b: row.candidate for b, row in picks.items()}

@@ -173,7 +173,6 @@ def analyze_study(
             )
         model_inputs = {d: f for d, f in by_drafter.items()}
         base = candidate_of(baseline, objective_concurrency) if baseline is not None else None
-        args_common = {"k_max": k_max, "confidence": confidence, "draws": draws, "seed": seed}
         for fit in model.fits:
             if fit.misfit and fit.drafter is not None:
                 notes.append(
@@ -184,12 +183,20 @@ def analyze_study(
                 )
         mine: list[Recommendation] = []
         for level in levels:
-            args = {"concurrency": level, **args_common}
             predictions.append(
                 WorkloadPredictions(
                     workload=workload,
                     concurrency=level,
-                    rows=predict_throughput(model, model_inputs, workload=workload, **args),
+                    rows=predict_throughput(
+                        model,
+                        model_inputs,
+                        workload=workload,
+                        concurrency=level,
+                        k_max=k_max,
+                        confidence=confidence,
+                        draws=draws,
+                        seed=seed,
+                    ),
                 )
             )
             limit = itl_limit(measured, workload, level, max_itl_p99_s) if max_itl_p99_s is not None else None
@@ -202,7 +209,11 @@ def analyze_study(
                     k_min=k_min,
                     tolerance=tolerance,
                     limit=limit,
-                    **args,
+                    concurrency=level,
+                    k_max=k_max,
+                    confidence=confidence,
+                    draws=draws,
+                    seed=seed,
                 )
             )
         recommendations.extend(mine)

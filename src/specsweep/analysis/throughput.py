@@ -262,7 +262,9 @@ def _wls(ks: np.ndarray, times: np.ndarray, weights: np.ndarray) -> tuple[np.nda
     return coef, np.linalg.inv(normal), residual, ks.size - 2
 
 
-def _pooled_sd(points: Mapping, fallback: float) -> tuple[float, int]:
+def _pooled_sd(
+    points: Mapping[tuple[int, Drafter | None], list[tuple[StepTimePoint, np.ndarray, np.ndarray]]], fallback: float
+) -> tuple[float, int]:
     """Relative sd of one observation, pooled over every fit with residual degrees of freedom,
     and those degrees of freedom (0 with the fallback)."""
     total, df = 0.0, 0
@@ -284,7 +286,14 @@ def _stack(pts: list[tuple[StepTimePoint, np.ndarray, np.ndarray]]) -> tuple[np.
 
 
 def _fit_line(
-    concurrency: int, drafter: Drafter | None, pts, off_points, pooled: float, pooled_df: int, *, pool: bool = False
+    concurrency: int,
+    drafter: Drafter | None,
+    pts: list[tuple[StepTimePoint, np.ndarray, np.ndarray]],
+    off_points: list[tuple[StepTimePoint, np.ndarray, np.ndarray]] | None,
+    pooled: float,
+    pooled_df: int,
+    *,
+    pool: bool = False,
 ) -> StepTimeFit:
     """One line; its noise is the study's pooled noise (one measurement noise for the whole
     study, estimated from every fit's residuals), or the line's own when that is larger."""
@@ -374,7 +383,19 @@ def _line_fits(points: Sequence[StepTimePoint], coef: np.ndarray, noise: float) 
     return bool(chi2 <= float(stats.chi2.ppf(LINE_FIT_LEVEL, len(points) - 2)))
 
 
-def _record(concurrency, drafter, points, a, b, covariance, sd, df, basis, wide, line_fits=False) -> StepTimeFit:
+def _record(
+    concurrency: int,
+    drafter: Drafter | None,
+    points: tuple[StepTimePoint, ...],
+    a: float,
+    b: float,
+    covariance: np.ndarray,
+    sd: float,
+    df: int,
+    basis: str,
+    wide: bool,
+    line_fits: bool = False,
+) -> StepTimeFit:
     return StepTimeFit(
         concurrency=concurrency,
         drafter=drafter,

@@ -213,8 +213,9 @@ def window_acceptance(
         )
         return WindowAcceptance(fit=fit, source="per_position", running_k=k0, steps=steps, notes=tuple(notes))
     if delta.num_drafts and delta.num_draft_tokens and delta.num_accepted_tokens is not None and k0:
-        drafted, accepted = names.counters.num_draft_tokens or "", names.counters.num_accepted_tokens or ""
-        pairs = [(iv.growth.get(drafted, 0.0), iv.growth.get(accepted, 0.0)) for iv in window.intervals]
+        drafted_name = names.counters.num_draft_tokens or ""
+        accepted_name = names.counters.num_accepted_tokens or ""
+        pairs = [(iv.growth.get(drafted_name, 0.0), iv.growth.get(accepted_name, 0.0)) for iv in window.intervals]
         pairs = [(d, a) for d, a in pairs if d > 0] or [(delta.num_draft_tokens, delta.num_accepted_tokens)]
         fit = fit_aggregate_acceptance(num_speculative_tokens=k0, requests=pairs, k_max=max(k_max, k0), seed=seed)
         return WindowAcceptance(fit=fit, source="aggregate", running_k=k0, steps=float(delta.num_drafts))

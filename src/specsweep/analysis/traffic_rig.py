@@ -65,20 +65,21 @@ def rig_at_concurrency(rig: Rig, concurrency: int) -> Rig:
     derived = []
     keys = {(lv.drafter, lv.num_speculative_tokens) for lv in rig.levels}
     for drafter, k in sorted(keys, key=lambda key: (key[0] is not None, key[0] or Drafter(method=""), key[1])):
-        ends = [_level_point(rig, drafter, k, b) for b in (low, high)]
-        if ends[0] is None or ends[1] is None:
+        low_end, high_end = _level_point(rig, drafter, k, low), _level_point(rig, drafter, k, high)
+        if low_end is None or high_end is None:
             continue
-        (t0, c0, q0, n0), (t1, c1, q1, n1) = ends
+        (t0, c0, q0, n0), (t1, c1, q1, n1) = low_end, high_end
         step = max(t0 + (t1 - t0) * share, 1e-9)
         overhead = max(c0 + (c1 - c0) * share, 0.0)
         span = step * (LEVEL_COMPLETION_TOKENS - 1.0)
+        drafted = None if drafter is None or q0 is None or q1 is None else min(max(q0 + (q1 - q0) * share, 0.0), 1.0)
         derived.append(
             LevelTiming(
                 num_speculative_tokens=k, concurrency=concurrency, drafter=drafter,
                 output_tokens_per_s=concurrency * LEVEL_COMPLETION_TOKENS / (overhead + span),
                 tokens_per_step=1.0, completion_tokens=LEVEL_COMPLETION_TOKENS, decode_span_s=span,
                 prompt_tokens=0.0, requests=n0 + n1, workload="",
-                draft_share=None if drafter is None or q0 is None else min(max(q0 + (q1 - q0) * share, 0.0), 1.0),
+                draft_share=drafted,
             )
         )  # fmt: skip
     if not derived:
@@ -86,7 +87,9 @@ def rig_at_concurrency(rig: Rig, concurrency: int) -> Rig:
     return fit_rig(derived, identity=rig.identity, shape=rig.shape)
 
 
-def _level_point(rig: Rig, drafter: Drafter | None, k: int, concurrency: int):
+def _level_point(
+    rig: Rig, drafter: Drafter | None, k: int, concurrency: int
+) -> tuple[float, float, float | None, int] | None:
     """(step time, overhead, draft share, requests) of the rig at (drafter, k, B), None if unmeasured."""
     mine = [lv for lv in rig.levels if lv.drafter == drafter and lv.num_speculative_tokens == k]
     mine = [lv for lv in mine if lv.concurrency == concurrency]
@@ -233,6 +236,11 @@ def _combine(predictions: Sequence[tuple[float, TrafficPrediction]]) -> _Combine
     return _Combined(candidates=candidates, weight=weight, points=points, draws=draws)
 
 
+def _everywhere(candidate: Candidate) -> Callable[[int], Candidate]:
+    """The pick of a configuration that runs ``candidate`` at every batch size."""
+    return lambda _batch: candidate
+
+
 def _rate(
     k_by_batch: dict[int, int], column: tuple[float, np.ndarray], confidence: float, measured_k: int | None
 ) -> ConfigRate:
@@ -262,7 +270,7 @@ def recommend_for_traffic(
     extrapolation is named (``worth_measuring``): running at it for a while measures it."""
     combined = _combine(predictions)
     candidates = combined.candidates
-    columns = [combined.column(lambda _b, c=c: c) for c in candidates]
+    columns = [combined.column(_everywhere(c)) for c in candidates]
     rates = [_rate({b: c.num_speculative_tokens for b in combined.points}, col, confidence, measured_k)
              for c, col in zip(candidates, columns, strict=True)]  # fmt: skip
     allowed = [j for j, r in enumerate(rates) if not r.extrapolated] or list(range(len(rates)))
@@ -271,7 +279,7 @@ def recommend_for_traffic(
     picks = {b: best for b in combined.points}
     if allow_table:
         for batch, point in combined.points.items():
-            rival = max(allowed, key=lambda j, point=point: point[j])
+            rival = max(allowed, key=point.__getitem__)
             if rival == j_best:
                 continue
             diff = combined.draws[batch][:, rival] - combined.draws[batch][:, j_best]

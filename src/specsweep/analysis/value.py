@@ -81,7 +81,8 @@ class StartValue:
 def losses(sample: RateSample, tolerance: float) -> np.ndarray:
     """Per draw and configuration, the loss against the draw's best: (draws, configurations)."""
     best = sample.draws.max(axis=1, keepdims=True)
-    return np.maximum((1.0 - tolerance) * best - sample.draws, 0.0)
+    loss: np.ndarray = np.maximum((1.0 - tolerance) * best - sample.draws, 0.0)
+    return loss
 
 
 def cell_loss(cell: CellBelief, tolerance: float) -> CellLoss:

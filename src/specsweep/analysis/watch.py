@@ -9,7 +9,7 @@ engine's names and the rig's drafter.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from specsweep.analysis.drafters import Candidate, Drafter, drafter_fields
@@ -31,7 +31,7 @@ from specsweep.analysis.traffic_rig import (
     recommend_for_traffic,
 )
 from specsweep.errors import FitError
-from specsweep.types import SpeculativeConfig
+from specsweep.types import BatchSizeRange, SpeculativeConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,7 +83,12 @@ class WatchReport:
 
 
 def analyse_windows(
-    intervals: Sequence[Interval], settings: WatchSettings, *, start: float, end: float, cache: dict | None = None
+    intervals: Sequence[Interval],
+    settings: WatchSettings,
+    *,
+    start: float,
+    end: float,
+    cache: dict[tuple[float, float, int], WindowReport] | None = None,
 ) -> WatchReport:
     """Windows of ``settings.window_s`` over [start, end], each with its estimates and recommendation.
 
@@ -193,7 +198,7 @@ def _predict(
 
 def _rig_completion_tokens(rig: Rig) -> float:
     """The rig's mean completion tokens, for traffic whose finished requests are not counted."""
-    values = [w.get("completion_tokens") for w in rig.shape.workloads.values() if w.get("completion_tokens")]
+    values = [v for w in rig.shape.workloads.values() if (v := w.get("completion_tokens"))]
     return sum(values) / len(values) if values else float(rig.shape.max_tokens)
 
 
@@ -202,7 +207,7 @@ def _configured_k(settings: WatchSettings) -> int | None:
     return spec.num_speculative_tokens if spec is not None else None
 
 
-def _running_k_at(settings: WatchSettings, running_k: int):
+def _running_k_at(settings: WatchSettings, running_k: int) -> Callable[[int], int]:
     spec = settings.running_config
     if spec is not None and spec.num_speculative_tokens_per_batch_size:
         return spec.k_for_batch_size
@@ -225,7 +230,7 @@ def _paste(
         template = settings.running_config
     else:
         template = SpeculativeConfig.from_json(json.dumps(drafter_fields(drafter)))
-    table = ()
+    table: tuple[BatchSizeRange, ...] = ()
     if not recommendation.choice.single:
         table = batch_size_table(ks, max_batch=settings.max_num_seqs or UNKNOWN_MAX_NUM_SEQS)
     return replace(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from specsweep.cli.options import check_duration, check_levels, check_url, one_of, seconds_of
 from specsweep.cli.printers import print_measurement, print_rig_recommendation
@@ -135,7 +135,7 @@ def measure(
     # Off a terminal the bar is not started at all: rich 13.0 (15.0 no longer) prints a blank line on
     # stopping even a disabled bar, and stderr must keep exactly one line for an error.
     with progress if console.is_terminal else nullcontext():
-        tasks: dict[int | None, int] = {}
+        tasks: dict[int | None, TaskID] = {}
         tokens: dict[int | None, int] = {}
 
         def on_event(event: WarmingUp | LevelStarted | RequestDone) -> None:

@@ -27,6 +27,7 @@ from specsweep.tuning.events import (
     Note,
     Planned,
     StartsLeft,
+    StudyEvent,
     TrialDone,
     TrialFailed,
     TrialProgress,
@@ -140,7 +141,7 @@ def print_rig_recommendation(
         rec = item.recommendation
         running = (
             f"; running {item.running.short_label} measured {item.running_tokens_per_s:.1f} tok/s"
-            if (item.running_tokens_per_s)
+            if item.running is not None and item.running_tokens_per_s
             else ""
         )
         out.print(
@@ -281,7 +282,7 @@ class StudyProgress:
         self.level_started = 0.0
         self.level_tokens = 0
 
-    def __call__(self, event: object) -> None:
+    def __call__(self, event: StudyEvent) -> None:
         out, status = self.out, self.status
         match event:
             case Note(text=text):

@@ -29,6 +29,6 @@ def rig(
     built = build_rig(study, study_folder)
     path = output or (out or study_folder) / RIG_FILE
     write_rig(path, built)
-    out = Console(soft_wrap=True)
-    print_rig(out, built)
-    out.print(f"wrote {path}")
+    console = Console(soft_wrap=True)
+    print_rig(console, built)
+    console.print(f"wrote {path}")

@@ -127,7 +127,8 @@ def watch(
         if not isinstance(raw, dict):
             raise ConfigError("--running-config must be a JSON object, as --speculative-config takes.")
     window_s = seconds_of(window, flag="--window") if window else 3600.0
-    time_scale, unchecked = 1.0, ()
+    time_scale = 1.0
+    unchecked: tuple[str, ...] = ()
     if endpoint is not None:
         identity = read_server_identity(endpoint, engine)
         time_scale = identity.time_scale

@@ -122,5 +122,5 @@ class EngineCollector:
 def render_metrics(collector: EngineCollector) -> bytes:
     """Prometheus text exposition of the engine's metrics."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)  # type: ignore[arg-type]
+    registry.register(collector)
     return generate_latest(registry)

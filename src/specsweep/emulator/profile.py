@@ -112,7 +112,9 @@ class Profile:
 
     def with_variation(self, *, start_variation: float | None, drift: float | None) -> Profile:
         """A copy with the run-to-run variation knobs changed (None leaves a knob as the profile set it)."""
-        changes = {k: v for k, v in (("start_variation", start_variation), ("drift", drift)) if v is not None}
+        changes: dict[str, Any] = {
+            k: v for k, v in (("start_variation", start_variation), ("drift", drift)) if v is not None
+        }
         return replace(self, timing=replace(self.timing, **changes)) if changes else self
 
     def kv_cache_tokens(self, k: int) -> int:

@@ -151,12 +151,12 @@ class EmulatorApi:
         number = self.requests_started
         faults = self.profile.faults
         crash = faults.crash_after_requests is not None and number > faults.crash_after_requests
-        drop = bool(faults.drop_stream_every) and number % faults.drop_stream_every == 0
+        drop = number % faults.drop_stream_every == 0 if faults.drop_stream_every else False
         if faults.http_500_every and number % faults.http_500_every == 0:
             return ApiError(
                 500, "EngineCore encountered an issue (fault injection: HTTP 500).", "InternalServerError"
             ).response()
-        garble = bool(faults.malformed_sse_every) and number % faults.malformed_sse_every == 0
+        garble = number % faults.malformed_sse_every == 0 if faults.malformed_sse_every else False
         if faults.omit_usage:
             parsed = replace(parsed, include_usage=False, continuous_usage=False)
         prompt_tokens = count_tokens(parsed.prompt_text)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specsweep.engines import llamacpp, sglang, vllm
@@ -57,30 +57,22 @@ class EngineInfo:
         return self.render_spec_args(spec)
 
 
-_VLLM_LOAD = {
-    "vocabulary_note": lambda version: vllm.vocabulary_for(version).note,
-    "running_gauge": vllm.NUM_REQUESTS_RUNNING,
-    "waiting_gauge": vllm.NUM_REQUESTS_WAITING,
-    "finished_requests": vllm.REQUEST_SUCCESS + "_total",
-    "per_batch_size_tables": True,
-}
+_VLLM = EngineInfo(
+    name="vllm",
+    metric_prefix="vllm:",
+    counters=vllm.COUNTERS,
+    render_spec_args=vllm.render_spec_args,
+    vocabulary_note=lambda version: vllm.vocabulary_for(version).note,
+    running_gauge=vllm.NUM_REQUESTS_RUNNING,
+    waiting_gauge=vllm.NUM_REQUESTS_WAITING,
+    finished_requests=vllm.REQUEST_SUCCESS + "_total",
+    per_batch_size_tables=True,
+)
 
 ENGINES = {
-    "vllm": EngineInfo(
-        name="vllm",
-        metric_prefix="vllm:",
-        counters=vllm.COUNTERS,
-        render_spec_args=vllm.render_spec_args,
-        **_VLLM_LOAD,
-    ),
+    "vllm": _VLLM,
     # The emulator speaks vLLM.
-    "emulator": EngineInfo(
-        name="emulator",
-        metric_prefix="vllm:",
-        counters=vllm.COUNTERS,
-        render_spec_args=vllm.render_spec_args,
-        **_VLLM_LOAD,
-    ),
+    "emulator": replace(_VLLM, name="emulator"),
     "llama.cpp": EngineInfo(
         name="llama.cpp",
         metric_prefix=llamacpp.METRIC_PREFIX,

@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
+from typing import Any, TypeGuard
 
 from specsweep.engines.versions import VersionChoice, choose_vocabulary
 from specsweep.errors import ConfigError
@@ -239,11 +239,11 @@ def validate_speculative_config(
     )
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 

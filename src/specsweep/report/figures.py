@@ -150,11 +150,11 @@ def throughput_figure_data(analysis: StudyAnalysis, workload: str) -> FigureData
                 if o.concurrency == block.concurrency and o.workload == workload:
                     key = None if o.num_speculative_tokens == 0 else o.drafter
                     measured.setdefault(key, []).append((float(o.num_speculative_tokens), o.output_tokens_per_s))
-            for drafter, points in sorted(measured.items(), key=lambda item: drafter_label(item[0])):
+            for measured_drafter, points in sorted(measured.items(), key=lambda item: drafter_label(item[0])):
                 points.sort()
                 series.append(
                     Series(
-                        label=f"{drafter_label(drafter)}: measured",
+                        label=f"{drafter_label(measured_drafter)}: measured",
                         x=tuple(p[0] for p in points),
                         y=tuple(p[1] for p in points),
                         style="points",

@@ -64,7 +64,7 @@ def gain_text(gain: Gain | None) -> str:
 
 def recommendation_rows(analysis: StudyAnalysis) -> list[tuple[str, ...]]:
     """One row per workload and concurrency: the choice, its rate, its gains, why."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for rec in analysis.recommendations:
         measured = f"{rec.measured_tokens_per_s:.1f}" if rec.measured_tokens_per_s is not None else "not measured"
         rows.append(

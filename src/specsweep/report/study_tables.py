@@ -76,15 +76,17 @@ def subcategory_table(workload: str, configs: Sequence[MeasuredConfig]) -> doc.T
     longest measured draft, every level pooled), the subcategory that drafts worst first; llama.cpp's
     draft acceptance beside it where responses carried it. None when no level kept subcategories."""
     chosen: dict[str, MeasuredConfig] = {}
+    chosen_k: dict[str, int | None] = {}
     for config in configs:
         spec = config.spec
         levels = config.results.get(workload, {}).values()
         if spec is None or spec.num_speculative_tokens_per_batch_size or not any(lv.by_subcategory for lv in levels):
             continue
-        name = candidate_of(spec).drafter.label if candidate_of(spec).drafter else ""
-        held = chosen.get(name)
-        if held is None or (spec.num_speculative_tokens or 0) > (held.spec.num_speculative_tokens or 0):
+        drafter = candidate_of(spec).drafter
+        name = drafter.label if drafter else ""
+        if name not in chosen or (spec.num_speculative_tokens or 0) > (chosen_k[name] or 0):
             chosen[name] = config
+            chosen_k[name] = spec.num_speculative_tokens
     if not chosen:
         return None
     sums: dict[str, dict[str, dict[str, float]]] = {}
@@ -106,6 +108,6 @@ def subcategory_table(workload: str, configs: Sequence[MeasuredConfig]) -> doc.T
         rows = [r for r in sums[tag].values() if r.get("steps")]
         return min((r["tokens"] / r["steps"] for r in rows), default=0.0)
 
-    header = ("subcategory", *(f"{n} k={chosen[n].spec.num_speculative_tokens}" for n in names))
+    header = ("subcategory", *(f"{n} k={chosen_k[n]}" for n in names))
     rows = tuple((tag, *(cell(sums[tag].get(n)) for n in names)) for tag in sorted(sums, key=worst))
     return doc.Table(header=header, rows=rows)

@@ -143,7 +143,7 @@ def window_json(report: WindowReport, fmt: str) -> dict[str, Any]:
             "waiting_mean": w.waiting_mean,
             "resets": w.resets,
             "acceptance": None
-            if fit is None
+            if acceptance is None or fit is None
             else {
                 "source": acceptance.source,
                 "running_k": acceptance.running_k,

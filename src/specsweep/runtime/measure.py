@@ -49,6 +49,10 @@ class RequestDone:
     record: RequestRecord
 
 
+# What a measurement reports while it runs.
+MeasureEvent = WarmingUp | LevelStarted | RequestDone
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MeasureSettings:
     """What to measure and how."""
@@ -199,7 +203,7 @@ async def measure(
     workload: Workload,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
-    on_event: EventCallback | None = None,
+    on_event: EventCallback[MeasureEvent] | None = None,
 ) -> Measurement:
     """Measure every level in turn. A failure mid-way keeps the levels already measured."""
     emit = on_event or (lambda event: None)
@@ -250,7 +254,7 @@ async def _measure_level(
     prompts: PromptCycle,
     engine: EngineInfo | None,
     concurrency: int | None,
-    emit: EventCallback,
+    emit: EventCallback[MeasureEvent],
 ) -> LevelResult:
     streams = concurrency or 1
     warmup = settings.warmup if settings.warmup is not None else streams

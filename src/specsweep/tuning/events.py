@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from specsweep.runtime.measure import MeasureEvent
 from specsweep.types import BootFacts, LevelFigures, SpeculativeConfig
 
 
@@ -66,7 +67,7 @@ class TrialProgress:
 
     trial: int
     workload: str
-    event: Any
+    event: MeasureEvent
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,3 +109,20 @@ class Waiting:
     """Other workers measure what is left; this one waits for them."""
 
     trials: tuple[int, ...]
+
+
+# What a study reports while it runs.
+StudyEvent = (
+    Note
+    | Planned
+    | StartsLeft
+    | TrialStarting
+    | TrialReady
+    | MeasuringWorkload
+    | TrialProgress
+    | TrialDone
+    | TrialFailed
+    | TrialReused
+    | MeasuredElsewhere
+    | Waiting
+)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,20 @@ from specsweep.tuning.space import OFF_KEY
 from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, RequestRecord, SpeculativeConfig
 
 TRIALS_FOLDER = "trials"
+
+
+class TrialOutcome(StrEnum):
+    """What asking the study to run one configuration came to."""
+
+    MEASURED = "measured"  # the server ran it and the trial has a value
+    FAILED = "failed"  # the server did not start, crashed, or nothing was measured
+    INVALID = "invalid"  # the parameters make no spec config the engine takes
+    SKIPPED = "skipped"  # already measured, failed in this run, or measured by another worker
+
+    @property
+    def started_server(self) -> bool:
+        """Whether a server was started for it (a measured or failed trial; not an invalid or skipped one)."""
+        return self in (TrialOutcome.MEASURED, TrialOutcome.FAILED)
 
 
 def level_figures(
@@ -385,6 +400,7 @@ def read_trial_file(folder: Path, record: TrialRecord) -> dict[str, Any] | None:
     if not record.record_file:
         return None
     try:
-        return json.loads((folder / record.record_file).read_text(encoding="utf-8"))
+        stored: dict[str, Any] = json.loads((folder / record.record_file).read_text(encoding="utf-8"))
+        return stored
     except (OSError, ValueError):
         return None

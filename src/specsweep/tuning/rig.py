@@ -99,7 +99,7 @@ def measured_timings(measurement: Measurement, running: Candidate, *, time_scale
 
 def _identity_from_trials(trials: Sequence[TrialRecord], engine: str) -> tuple[RigIdentity, float]:
     """Engine, version, model and flags from the study's trials (every trial must agree)."""
-    seen: dict[str, set] = {"engine_version": set(), "model": set(), "server_args": set()}
+    seen: dict[str, set[Any]] = {"engine_version": set(), "model": set(), "server_args": set()}
     facts: dict[str, Any] = {}
     time_scale = 1.0
     for trial in trials:

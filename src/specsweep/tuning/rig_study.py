@@ -19,10 +19,15 @@ import optuna
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of, drafter_of
 from specsweep.analysis.rig import LevelTiming, Rig, RigIdentity, decode_steps, fit_rig
-from specsweep.analysis.rig_workload import acceptance_from_levels, recommend_with_rig, workload_timing
+from specsweep.analysis.rig_workload import (
+    RigRecommendation,
+    acceptance_from_levels,
+    recommend_with_rig,
+    workload_timing,
+)
 from specsweep.config import StudyConfig
 from specsweep.errors import ConfigError
-from specsweep.tuning.events import Note
+from specsweep.tuning.events import Note, StudyEvent
 from specsweep.tuning.records import TrialRecord, read_trials
 from specsweep.tuning.rig import WorkloadOnRig, study_level_timings
 from specsweep.tuning.rig_file import RIG_FILE, check_identity, template_server_args, write_rig
@@ -100,7 +105,7 @@ def run_rig_study(
     *,
     check: bool = False,
     resume: bool = False,
-    on_event: EventCallback | None = None,
+    on_event: EventCallback[StudyEvent] | None = None,
     worker: str | None = None,
 ) -> RigStudyOutcome:
     """Measure what the rig cannot answer, then recommend per workload and concurrency from the rig."""
@@ -114,7 +119,7 @@ def run_rig_study(
     starts = 0
     unchecked: tuple[str, ...] = ()
     for number, item in enumerate(plan):
-        starts += runner.measure(item.params) in ("measured", "failed")
+        starts += runner.measure(item.params).started_server
         if number == 0:
             unchecked = _check_running_server(rig, read_trials(runner.study))
     trials = read_trials(runner.study, (optuna.trial.TrialState.COMPLETE,))
@@ -134,7 +139,7 @@ def run_rig_study(
         if measured is None:
             label = candidate_of(runner.space.config_from_params(params)).short_label
             emit(Note(text=f"checking the predicted optimum: {label}"))
-            starts += runner.measure(params) in ("measured", "failed")
+            starts += runner.measure(params).started_server
             measured = _measured_rates(read_trials(runner.study), params) or {}
         rows = tuple(
             (res.workload, level, _predicted(item, k), measured.get((res.workload, level)))
@@ -220,7 +225,7 @@ def _measured_rates(trials: list[TrialRecord], params: dict[str, Any]) -> dict[t
     return None
 
 
-def _predicted(item, k: int) -> float:
+def _predicted(item: RigRecommendation, k: int) -> float:
     rec = item.recommendation
     for row in rec.candidates:
         if row.candidate.num_speculative_tokens == k:

@@ -11,6 +11,7 @@ speculation off and over the baseline (the configuration run today) when both we
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -40,7 +41,7 @@ class Pick:
 
 
 def pick_best(
-    configs: list[MeasuredConfig], *, workload: str, concurrency: int, baseline_key: str | None
+    configs: Sequence[MeasuredConfig], *, workload: str, concurrency: int, baseline_key: str | None
 ) -> Pick | None:
     """The feasible configuration with the highest measured rate (repeats averaged) for a workload
     at a concurrency."""

@@ -31,7 +31,8 @@ from specsweep.runtime.measure import thin_levels
 from specsweep.runtime.trial_server import read_help_flags
 from specsweep.tuning import records
 from specsweep.tuning.claims import claim, key_states
-from specsweep.tuning.events import MeasuredElsewhere, Note, Planned, StartsLeft, TrialReused, Waiting
+from specsweep.tuning.events import MeasuredElsewhere, Note, Planned, StartsLeft, StudyEvent, TrialReused, Waiting
+from specsweep.tuning.records import TrialOutcome
 from specsweep.tuning.space import (
     Space,
     build_space,
@@ -139,7 +140,7 @@ class StudyRunner:
         paths: StudyPaths,
         *,
         resume: bool = False,
-        on_event: EventCallback | None = None,
+        on_event: EventCallback[StudyEvent] | None = None,
         ask_user: Callable[[str], None] | None = None,
         worker: str | None = None,
         queue_initial: bool = True,
@@ -147,7 +148,7 @@ class StudyRunner:
         self.config = config
         self.paths = paths
         self.worker = worker or default_worker()
-        self.emit: EventCallback = on_event or (lambda event: None)
+        self.emit: EventCallback[StudyEvent] = on_event or (lambda event: None)
         self.engine: EngineInfo = engine_info(config.server.engine)
         self.space = build_space(
             config.search,
@@ -267,16 +268,16 @@ class StudyRunner:
                 trial = self._ask()
                 heartbeat.follow(trial._trial_id)
                 outcome = self._run_next(trial, before)
-                if outcome == "invalid":
+                if outcome is TrialOutcome.INVALID:
                     failures += 1
-                elif outcome == "failed":
+                elif outcome is TrialOutcome.FAILED:
                     restarts += 1
                     failures += 1
                     if failures >= config.max_consecutive_failures:
                         last = records.read_trial(self.study.trials[trial.number]).fail_reason
                         stop_reason = f"{failures} trials in a row failed; the last: {last}"
                         break
-                elif outcome == "measured":
+                elif outcome is TrialOutcome.MEASURED:
                     restarts += 1
                     failures = 0
         mine = [t for t in records.read_trials(self.study) if t.number not in before and t.worker == self.worker]
@@ -289,21 +290,21 @@ class StudyRunner:
             ties=self.ties, time=spent,
         )  # fmt: skip
 
-    def measure(self, params: dict[str, Any]) -> str:
-        """Measure one configuration now, unless the study has it: "measured", "failed", "invalid" or
-        "skipped" (already measured, or failed in this run)."""
+    def measure(self, params: dict[str, Any]) -> TrialOutcome:
+        """Measure one configuration now, unless the study has it (SKIPPED: already measured, or failed
+        in this run)."""
         before = frozenset(t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished())
         key = config_key(self.space.config_from_params(params))
         if key in key_states(self.study, before).measured:
-            return "skipped"
+            return TrialOutcome.SKIPPED
         self.study.enqueue_trial(params, user_attrs=records.decision_attrs(PLANNED))
         with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat, self._stopped_by_user(before):
             trial = self._ask()
             heartbeat.follow(trial._trial_id)
             return self._run_next(trial, before)
 
-    def _run_next(self, trial: optuna.Trial, before: frozenset[int]) -> str:
-        """Claim the trial's configuration and run it: "measured", "failed", "invalid" or "skipped"."""
+    def _run_next(self, trial: optuna.Trial, before: frozenset[int]) -> TrialOutcome:
+        """Claim the trial's configuration and run it."""
         records.record_claim(trial, worker=self.worker)
         repeat = records.is_repeat(trial)
         params = {name: trial.suggest_categorical(name, values) for name, values in self.space.grid().items()}
@@ -311,7 +312,7 @@ class StudyRunner:
             spec = self.space.config_from_params(params)
         except ConfigError as exc:
             self.trials.fail(self.study, trial, f"invalid spec config: {exc}")
-            return "invalid"
+            return TrialOutcome.INVALID
         key = config_key(spec)
         records.record_config(trial, key=key, spec=spec)
         # Read again now that this trial claims the key in the storage: another worker may have
@@ -319,14 +320,14 @@ class StudyRunner:
         seen = claim(self.study, trial.number, key, before)
         if key in seen.states.measured and not repeat:
             self._reuse(trial, seen.states.measured[key])
-            return "skipped"
+            return TrialOutcome.SKIPPED
         if key in seen.states.failed:
             self._prune(trial, f"failed in trial {seen.states.failed[key]}; not retried in this run")
-            return "skipped"
+            return TrialOutcome.SKIPPED
         if seen.owner is not None:
             self._prune(trial, f"trial {seen.owner[0]} (worker {seen.owner[1]}) measures it")
             self.emit(MeasuredElsewhere(trial=trial.number, source=seen.owner[0], worker=seen.owner[1]))
-            return "skipped"
+            return TrialOutcome.SKIPPED
         phase = records.trial_phase(trial)
         largest = spec is not None and spec.num_speculative_tokens == max(self.space.k_values)
         targets = level_targets(
@@ -347,7 +348,7 @@ class StudyRunner:
             self._trial_wall_s += time.monotonic() - trial_started
         _check_interrupt()  # a Ctrl-C the measurement swallowed stops the run now, its trial kept
         self._adopt_version(self.trials.engine_version)
-        return "failed" if value is None else "measured"
+        return TrialOutcome.FAILED if value is None else TrialOutcome.MEASURED
 
     @contextlib.contextmanager
     def _stopped_by_user(self, before: frozenset[int]) -> Iterator[None]:

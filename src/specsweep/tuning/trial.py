@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 
@@ -24,10 +25,18 @@ from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import EngineInfo, engine_info
 from specsweep.errors import LaunchError, SpecsweepError
 from specsweep.runtime.identity import read_server_identity
-from specsweep.runtime.measure import Measurement, MeasureSettings, run_measure
+from specsweep.runtime.measure import MeasureEvent, Measurement, MeasureSettings, run_measure
 from specsweep.runtime.trial_server import TrialServer
 from specsweep.tuning import records
-from specsweep.tuning.events import MeasuringWorkload, TrialDone, TrialFailed, TrialProgress, TrialReady, TrialStarting
+from specsweep.tuning.events import (
+    MeasuringWorkload,
+    StudyEvent,
+    TrialDone,
+    TrialFailed,
+    TrialProgress,
+    TrialReady,
+    TrialStarting,
+)
 from specsweep.tuning.study_store import StudyPaths
 from specsweep.types import EventCallback, LevelFigures, MeasuredConfig, SpeculativeConfig
 from specsweep.workload import Workload
@@ -121,7 +130,7 @@ class TrialRunner:
         *,
         api_key: str | None,
         worker: str,
-        emit: EventCallback,
+        emit: EventCallback[StudyEvent],
         ask_user: Callable[[str], None] | None = None,
         help_flags: frozenset[str] | None = None,
     ) -> None:
@@ -159,14 +168,19 @@ class TrialRunner:
             lease_path=self.paths.leases / f"{os.getpid()}.json", help_flags=self.help_flags,
         )  # fmt: skip
         self.emit(TrialStarting(trial=number, spec=spec))
-        header = {"worker": self.worker, "spec": None if spec is None else spec.to_json(), "log": str(log_path)}
+        header: dict[str, Any] = {
+            "worker": self.worker,
+            "spec": None if spec is None else spec.to_json(),
+            "log": str(log_path),
+        }
         measurements: dict[str, Measurement] = {}
         try:
             try:
                 started = server.start(spec, trial=number)
             except LaunchError as exc:
                 times = self._times(trial_started, time.monotonic(), {})
-                return self.fail(study, trial, f"server did not start: {exc}", times)
+                self.fail(study, trial, f"server did not start: {exc}", times)
+                return None
             header |= {
                 "startup_s": started.startup_s,
                 "argv": list(started.argv),
@@ -188,7 +202,8 @@ class TrialRunner:
                 if crashed or measurements[name].error:
                     records.write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
                     times = self._times(trial_started, measuring_started, measurements)
-                    return self.fail(study, trial, crashed or f"measurement failed: {measurements[name].error}", times)
+                    self.fail(study, trial, crashed or f"measurement failed: {measurements[name].error}", times)
+                    return None
         finally:
             with contextlib.suppress(SpecsweepError):
                 server.stop()
@@ -204,7 +219,8 @@ class TrialRunner:
         objective = trial_objective(self.config, results)
         records.record_results(trial, results=results, constraints=objective.constraints, record_file=record_file)
         if objective.value is None:
-            return self.fail(study, trial, objective.reason or "no successful requests")
+            self.fail(study, trial, objective.reason or "no successful requests")
+            return None
         study.tell(trial, objective.value)
         self.emit(
             TrialDone(
@@ -234,8 +250,8 @@ class TrialRunner:
             modelled=self.modelled_boot_s is not None,
         )
 
-    def _relay(self, number: int, workload: str) -> EventCallback:
-        def relay(event: object) -> None:
+    def _relay(self, number: int, workload: str) -> EventCallback[MeasureEvent]:
+        def relay(event: MeasureEvent) -> None:
             self.emit(TrialProgress(trial=number, workload=workload, event=event))
 
         return relay

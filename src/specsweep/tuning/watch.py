@@ -65,7 +65,7 @@ def check_model_labels(rig: Rig, snapshots: Sequence[MetricsSnapshot], engine: E
         return
     seen = {
         labels["model_name"]
-        for snapshot in snapshots[:1] + snapshots[-1:]
+        for snapshot in (*snapshots[:1], *snapshots[-1:])
         for labels, _ in snapshot.values(engine.counters.generation_tokens)
         if "model_name" in labels
     }

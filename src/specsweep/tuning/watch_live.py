@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from specsweep.analysis.series import Interval, IntervalReader
-from specsweep.analysis.watch import WatchReport, WatchSettings, analyse_windows
+from specsweep.analysis.watch import WatchReport, WatchSettings, WindowReport, analyse_windows
 from specsweep.engines.registry import EngineInfo
 from specsweep.errors import FitError
 from specsweep.runtime.poll import PollMissed
@@ -43,7 +44,7 @@ class LiveWatch:
         self.intervals: list[Interval] = []
         self.start: float | None = None
         self.last_report: WatchReport | None = None
-        self._cache: dict = {}
+        self._cache: dict[tuple[float, float, int], WindowReport] = {}
 
     def wanted(self, first: MetricsSnapshot) -> list[str]:
         """From the first scrape: the engine, the settings, and the sample names to keep."""
@@ -77,6 +78,6 @@ class LiveWatch:
         except FitError:
             return self.last_report
 
-    def with_settings(self, **changes) -> None:
+    def with_settings(self, **changes: Any) -> None:
         if self.settings is not None:
             self.settings = replace(self.settings, **changes)
