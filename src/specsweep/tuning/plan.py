@@ -124,7 +124,10 @@ def plan_study(config: StudyConfig) -> StudyPlan:
         )
     budget = f"at most {config.trials} trials" if config.trials else "no trial budget"
     if config.sampler == "model":
-        budget += "; the search picks each start and stops by itself once no start is worth its time (at most one per configuration of the space)"
+        budget += (
+            "; the search picks each start and stops by itself once no start is worth its time "
+            "(at most one per configuration of the space)"
+        )
     elif config.sampler == "grid":
         budget += "; every configuration once"
     return StudyPlan(
