@@ -105,7 +105,7 @@ def main() -> None:
                 warmup=1, max_tokens=args.max_tokens, temperature=0.0,
             )  # fmt: skip
             measurement = run_measure(settings, load_workload(workload))
-        result = recommend_for_measurement(rig, measurement, identity)
+        result = recommend_for_measurement(rig, measurement)
         rec = result.recommendations[0].recommendation
         chosen = rec.choice.num_speculative_tokens
         best_k = max(rates[workload], key=rates[workload].__getitem__)

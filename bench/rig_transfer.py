@@ -113,7 +113,7 @@ def measure_on_rig(profile_name: str, seed: int, rig_path: Path, folder: Path, a
         settings = MeasureSettings(endpoint=url, engine="vllm", concurrency=LEVELS, requests=args.requests,
                                    max_tokens=600, temperature=profile.reference_temperature, seed=seed)  # fmt: skip
         measurement = run_measure(settings, load_workload(NEW_WORKLOAD))
-    return recommend_for_measurement(rig, measurement, identity, seed=seed)
+    return recommend_for_measurement(rig, measurement, seed=seed)
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -126,10 +126,12 @@ def summarize_level(
     gauge_accept_length: float | None = None,
     window: tuple[float, float] | None = None,
     cut: Sequence[RequestRecord] = (),
+    itl: bool = True,
 ) -> LevelSummary:
     """Fold a level's request records and its counter delta into a LevelSummary. ``cut`` are the
     requests closed mid-stream when the level stopped: their tokens before the cut count in the
-    saturated window, and the server's counters include them."""
+    saturated window, and the server's counters include them. ``itl``: whether the gaps between
+    chunks resolve the server's steps (not on an emulator running too fast to tell them apart)."""
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
     reasons: dict[str, int] = {}
@@ -180,7 +182,7 @@ def summarize_level(
         counted_drafts=delta.num_drafts if delta is not None else None,
         cut_requests=len(cut),
         tpot=latency([1.0 / v for v in decode if v > 0]),
-        itl=latency([gap for r in ok for gap in inter_token_gaps(r)]),
+        itl=latency([gap for r in ok for gap in inter_token_gaps(r)]) if itl else None,
     )
 
 
@@ -220,47 +222,6 @@ def client_acceptance(records: Sequence[RequestRecord]) -> ClientAcceptance | No
         draft_acceptance_rate=(accepted_tokens or 0) / drafted_tokens if drafted_tokens else None,
         verify_steps=steps,
         mean_acceptance_length=sum(r.completion_tokens or 0 for r in verified) / steps if steps else None,
-    )
-
-
-# The fastest emulator time scale at which the gaps between streamed chunks are the modelled
-# steps: faster, a step is under a few milliseconds of wall clock and consecutive steps arrive
-# together (at 100, half the gaps read 0), so ITL is not kept.
-ITL_TIME_SCALE_LIMIT = 10.0
-
-
-def summary_in_modelled_time(summary: LevelSummary, time_scale: float) -> LevelSummary:
-    """A level measured on a server running ``time_scale`` times faster than the hardware it
-    models (the emulator), in the modelled hardware's units: rates divided, durations multiplied;
-    ITL only up to ITL_TIME_SCALE_LIMIT."""
-    if time_scale == 1.0:
-        return summary
-
-    def scaled(value: Spread | None, factor: float) -> Spread | None:
-        if value is None:
-            return None
-        return replace(
-            value, p50=value.p50 * factor, p95=value.p95 * factor, min=value.min * factor, max=value.max * factor,
-            mean=value.mean * factor,
-        )  # fmt: skip
-
-    def rate(value: float | None) -> float | None:
-        return None if value is None else value / time_scale
-
-    def duration(value: Latency | None) -> Latency | None:
-        return None if value is None else replace(value, p50_s=value.p50_s * time_scale, p99_s=value.p99_s * time_scale)
-
-    return replace(
-        summary,
-        tpot=duration(summary.tpot),
-        itl=duration(summary.itl) if time_scale <= ITL_TIME_SCALE_LIMIT else None,
-        wall_s=summary.wall_s * time_scale,
-        output_tokens_per_s=rate(summary.output_tokens_per_s),
-        saturated_output_tokens_per_s=rate(summary.saturated_output_tokens_per_s),
-        decode_tokens_per_s_per_stream=scaled(summary.decode_tokens_per_s_per_stream, 1.0 / time_scale),
-        ttft_s=scaled(summary.ttft_s, time_scale),
-        prefill_tokens_per_s=scaled(summary.prefill_tokens_per_s, 1.0 / time_scale),
-        server_generation_tokens_per_s=rate(summary.server_generation_tokens_per_s),
     )
 
 

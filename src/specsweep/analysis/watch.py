@@ -81,6 +81,13 @@ class WatchReport:
     rig: Rig | None
     notes: tuple[str, ...] = ()
 
+    @property
+    def rates_note(self) -> str | None:
+        """What the rates are, where they are not the server's wall clock (the emulator's)."""
+        if self.time_scale == 1.0:
+            return None
+        return f"rates in the modelled hardware's units (the emulator runs {self.time_scale:g} times faster; undone)"
+
 
 def analyse_windows(
     intervals: Sequence[Interval],

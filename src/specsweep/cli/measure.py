@@ -23,7 +23,6 @@ from specsweep.runtime.measure import (
     MeasureSettings,
     RequestDone,
     WarmingUp,
-    in_modelled_time,
     run_measure,
     thin_levels,
 )
@@ -92,10 +91,9 @@ def measure(
     expected gain over the running configuration (docs/rigs.md).
     """
     loaded_rig = load_rig(rig) if rig is not None else None
-    # What the server says it is; the emulator also says its time scale, undone in what is printed.
-    identity = read_server_identity(endpoint, engine)
     unchecked: tuple[str, ...] = ()
     if loaded_rig is not None:
+        identity = read_server_identity(endpoint, engine)  # what the server says it is
         args = shlex.split(server_args) if server_args else None
         unchecked = check_server_against_rig(loaded_rig, identity, server_args=args)
         # Which of the rig's drafters the server runs is settled before any request is sent.
@@ -137,6 +135,7 @@ def measure(
     with progress if console.is_terminal else nullcontext():
         tasks: dict[int | None, TaskID] = {}
         tokens: dict[int | None, int] = {}
+        spans: dict[int | None, tuple[float, float]] = {}  # first request sent, last answer ended
 
         def on_event(event: WarmingUp | LevelStarted | RequestDone) -> None:
             level = event.concurrency
@@ -147,16 +146,21 @@ def measure(
             elif isinstance(event, LevelStarted):
                 progress.update(tasks[level], description=f"{name}: measuring")
             elif isinstance(event, RequestDone):
-                tokens[level] += event.record.completion_tokens or 0
-                elapsed = progress.tasks[tasks[level]].elapsed or 0.0
-                live = f"{tokens[level] / elapsed:,.1f} tok/s" if elapsed else ""
+                # from the requests' own stamps, in the rig's units as the summary gives them
+                record = event.record
+                tokens[level] += record.completion_tokens or 0
+                spans[level] = (
+                    min(spans.get(level, (record.started_at, 0.0))[0], record.started_at),
+                    max(spans.get(level, (0.0, 0.0))[1], record.started_at + (record.latency_s or 0.0)),
+                )
+                elapsed = spans[level][1] - spans[level][0]
+                live = f"{tokens[level] / elapsed:,.1f} tok/s" if elapsed > 0 else ""
                 progress.update(tasks[level], advance=1, rate=live)
 
         result = run_measure(settings, loaded, on_event=on_event)
     out = Console(soft_wrap=True, stderr=json_output)
-    shown = in_modelled_time(result, identity.time_scale)
-    print_measurement(out, shown)
-    record = measurement_to_dict(shown)
+    print_measurement(out, result)
+    record = measurement_to_dict(result)
     if json_output:
         sys.stdout.write(json.dumps(record, indent=2) + "\n")
     for path in (out_dir / MEASUREMENT_FILE if out_dir is not None else None, json_path):
@@ -167,5 +171,5 @@ def measure(
         kept = " (levels measured before it are shown above)" if result.levels else ""
         raise ConfigError(f"measurement stopped: {result.error}{kept}")
     if loaded_rig is not None:
-        on_rig = recommend_for_measurement(loaded_rig, result, identity, drafter=drafter, seed=seed)
+        on_rig = recommend_for_measurement(loaded_rig, result, drafter=drafter, seed=seed)
         print_rig_recommendation(out, loaded_rig, rig, on_rig, unchecked=unchecked)

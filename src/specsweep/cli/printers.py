@@ -14,7 +14,6 @@ from rich.status import Status
 from rich.text import Text
 
 from specsweep.analysis.drafters import candidate_of
-from specsweep.analysis.levels import ITL_TIME_SCALE_LIMIT
 from specsweep.analysis.recommendation import Recommendation
 from specsweep.analysis.rig import Rig
 from specsweep.analysis.study import StudyAnalysis
@@ -203,17 +202,9 @@ def print_measurement(out: Console, result: Measurement) -> None:
         f"{s.requests} requests x {s.max_tokens} tokens per level, temperature {s.temperature:g}, "
         "token counts from usage"
     )
-    if result.time_scale != 1.0:
-        out.print(
-            f"rates and times in the modelled hardware's units (the emulator's time scale {result.time_scale:g} "
-            "undone), as a study and watch give them"
-        )
-    if result.time_scale > ITL_TIME_SCALE_LIMIT:
-        out.print(
-            f"ITL is not measured at time scale {result.time_scale:g}: steps under a few milliseconds of wall clock "
-            f"apart arrive together; TPOT is not affected (run the emulator at {ITL_TIME_SCALE_LIMIT:g} or slower)"
-        )
-    clock = "wall clock" if result.time_scale == 1.0 else "modelled"
+    for note in result.notes:
+        out.print(note)
+    clock = result.clock
     for level in result.levels:
         _print_level(out, level, clock=clock)
 
@@ -412,7 +403,7 @@ def print_watch(out: Console, report: WatchReport, fmt: str, *, source: str, unc
     if unchecked:
         out.print(f"  unchecked against the running server: {', '.join(unchecked)}")
     for number, window in enumerate(report.windows, 1):
-        for line in window_lines(window, number, time_scale=report.time_scale):
+        for line in window_lines(window, number):
             out.print(line, highlight=False, markup=False)
     out.print("")
     for line in summary_lines(report, fmt):
@@ -423,15 +414,13 @@ def watch_view(report: WatchReport, fmt: str, *, source: str) -> Group:
     """The live view: the last windows and the span so far, refreshed in place."""
     lines = [f"watch {report.engine} at {source}{_scale(report)} (Ctrl-C stops and prints the summary)"]
     for number, window in list(enumerate(report.windows, 1))[-3:]:
-        lines += window_lines(window, number, time_scale=report.time_scale)
+        lines += window_lines(window, number)
     lines += summary_lines(report, fmt)
     return Group(*(Text(line) for line in lines))
 
 
 def _scale(report: WatchReport) -> str:
-    if report.time_scale == 1.0:
-        return ""
-    return f"; rates in the modelled hardware's units (the emulator's time scale {report.time_scale:g} undone)"
+    return f"; {report.rates_note}" if report.rates_note else ""
 
 
 def print_plan(out: Console, plan: StudyPlan) -> None:

@@ -44,7 +44,6 @@ from specsweep.tuning.study_store import check_resumable, study_exists, study_pa
 # The default study: the emulator's default profile (the DGX Spark field report), the report's
 # current configuration as the baseline, draft lengths 1 to 5 with both draft methods at the
 # profile's reference temperature. Sized to finish in about a minute on 2 cores.
-DEFAULT_TIME_SCALE = 100.0
 
 
 def default_study(workload: str) -> StudyConfig:
@@ -57,7 +56,7 @@ def default_study(workload: str) -> StudyConfig:
             engine="emulator",
             mode="emulator",
             # The profile's own 4-minute restart (2.4 s of wall clock at time scale 100): what a start costs.
-            emulator=EmulatorServer(profile=DEFAULT_PROFILE, time_scale=DEFAULT_TIME_SCALE, seed=0, extra_args=()),
+            emulator=EmulatorServer.demo(DEFAULT_PROFILE),
             ready_timeout_s=60.0,
             stop_grace_s=5.0,
         ),
@@ -157,8 +156,8 @@ def study(
     on_emulator = chosen.server.engine == "emulator"
     if on_emulator:
         out.print(
-            f"[bold yellow]Running on the built-in emulator[/bold yellow] (profile {chosen.server.emulator.profile}, "
-            f"time scale {chosen.server.emulator.time_scale:g}): figures are modelled, not your hardware's. "
+            f"[bold yellow]Running on the built-in emulator[/bold yellow] ({chosen.server.emulator.describe()}): "
+            "figures are modelled, not your hardware's. "
             "Point --config at a study file to tune a real server."
         )
     status = out.status("opening the study")

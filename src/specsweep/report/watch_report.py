@@ -102,7 +102,7 @@ def recommendation_lines(report: WindowReport) -> list[str]:
     return lines
 
 
-def window_lines(report: WindowReport, number: int, *, time_scale: float) -> list[str]:
+def window_lines(report: WindowReport, number: int) -> list[str]:
     """A window in a few lines: what was served and what to run."""
     w = report.window
     rate = report.observed_tokens_per_s

@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 
+from specsweep.runtime.modelled_time import ServerClock, clock_from_version
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerIdentity:
@@ -31,6 +33,23 @@ class ServerIdentity:
     model: str | None
     facts: dict[str, Any] = field(default_factory=dict)
     time_scale: float = 1.0  # the emulator's: its rates are this many times the modelled hardware's
+
+    @property
+    def clock(self) -> ServerClock:
+        return ServerClock(self.time_scale)
+
+    @classmethod
+    def from_stored(cls, stored: dict[str, Any] | None) -> ServerIdentity | None:
+        """An identity as ``dataclasses.asdict`` stored it (None: nothing stored)."""
+        if not stored:
+            return None
+        return cls(
+            engine=stored.get("engine"),
+            engine_version=stored.get("engine_version"),
+            model=stored.get("model"),
+            facts=dict(stored.get("facts") or {}),
+            time_scale=float(stored.get("time_scale") or 1.0),
+        )
 
 
 def model_name(engine: str | None, served: str | None) -> str | None:
@@ -58,7 +77,7 @@ async def read_identity(http: httpx.AsyncClient, engine: str | None) -> ServerId
         served = str(models["data"][0]["id"])
     facts: dict[str, Any] = {}
     version = None
-    time_scale = 1.0
+    clock = ServerClock()
     if engine in (None, "vllm", "emulator"):
         answer = await _get_json(http, "/version")
         if isinstance(answer, dict) and "version" in answer:
@@ -67,7 +86,7 @@ async def read_identity(http: httpx.AsyncClient, engine: str | None) -> ServerId
             if isinstance(emulated, dict):
                 engine = "emulator"
                 facts["profile"] = emulated.get("profile")
-                time_scale = float(emulated.get("time_scale") or 1.0)
+                clock = clock_from_version(answer)
             else:
                 engine = engine or "vllm"
     if engine in (None, "llama.cpp"):
@@ -88,7 +107,11 @@ async def read_identity(http: httpx.AsyncClient, engine: str | None) -> ServerId
         if isinstance(info, dict) and "version" in info:
             version = str(info["version"])
     return ServerIdentity(
-        engine=engine, engine_version=version, model=model_name(engine, served), facts=facts, time_scale=time_scale
+        engine=engine,
+        engine_version=version,
+        model=model_name(engine, served),
+        facts=facts,
+        time_scale=clock.time_scale,
     )
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from specsweep.config import EmulatorServer
 from specsweep.errors import LaunchError, ReadyTimeoutError, ServerCrashedError
 
 
@@ -251,3 +252,13 @@ def emulator_argv(
         argv += ["--profile", profile]
     argv += ["--time-scale", repr(time_scale), "--seed", str(seed), *extra]
     return argv
+
+
+def study_emulator_argv(
+    emulator: EmulatorServer, *, host: str, port: int, speculative_config: str | None, extra: Sequence[str] = ()
+) -> list[str]:
+    """The argv of a study's emulator (``server.emulator`` of a study file), ``extra`` before its own."""
+    return emulator_argv(
+        host=host, port=port, speculative_config=speculative_config, profile=emulator.profile,
+        time_scale=emulator.time_scale, seed=emulator.seed, extra=[*extra, *emulator.extra_args],
+    )  # fmt: skip

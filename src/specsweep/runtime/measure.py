@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import httpx
 
 from specsweep.analysis.counters import CounterDelta, counter_delta
-from specsweep.analysis.levels import LevelSummary, summarize_level, summary_in_modelled_time
+from specsweep.analysis.levels import LevelSummary, summarize_level
 from specsweep.analysis.stopping import LevelTarget, stop_reason
 from specsweep.engines import sglang
 from specsweep.engines.registry import EngineInfo, engine_from_metric_names, engine_info
 from specsweep.errors import MetricsError, RequestError
 from specsweep.runtime.client import AUTH_REFUSED, StreamingClient, auth_refused_message
 from specsweep.runtime.driver import PromptCycle, run_closed_loop, run_open_loop
+from specsweep.runtime.modelled_time import ServerClock, read_clock
 from specsweep.runtime.scraper import scrape_metrics
 from specsweep.types import EventCallback, MetricsSnapshot, RequestRecord
 from specsweep.workload import Workload
@@ -105,23 +106,10 @@ class Measurement:
     settings: MeasureSettings
     levels: tuple[LevelResult, ...]
     error: str | None = None  # why the measurement stopped early, if it did
-    # The emulator's time scale undone in the level summaries (in_modelled_time); request records
-    # stay in wall-clock seconds.
-    time_scale: float = 1.0
-
-
-def in_modelled_time(measurement: Measurement, time_scale: float) -> Measurement:
-    """A measurement of the emulator (running ``time_scale`` times faster than the hardware it
-    models) with its level summaries in the modelled hardware's units, as a study records them."""
-    if time_scale == 1.0 or measurement.time_scale != 1.0:
-        return measurement
-    levels = tuple(
-        replace(
-            level, summary=summary_in_modelled_time(level.summary, time_scale), warmup_s=level.warmup_s * time_scale
-        )
-        for level in measurement.levels
-    )
-    return replace(measurement, levels=levels, time_scale=time_scale)
+    # "modelled": the server is the emulator, and every time and rate here (request records
+    # included) is in its modelled hardware's units (runtime/modelled_time.py); else "wall clock"
+    clock: str = "wall clock"
+    notes: tuple[str, ...] = ()  # what the reader must know of the whole measurement
 
 
 def thin_levels(concurrency: tuple[int, ...], requests: int) -> str | None:
@@ -210,6 +198,7 @@ async def measure(
     headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
     async with httpx.AsyncClient(base_url=settings.endpoint.rstrip("/"), transport=transport, headers=headers) as http:
         model = settings.model or await discover_model(http)
+        clock = await read_clock(http)
         first, _ = await _try_scrape(http)
         if settings.engine:
             engine: EngineInfo | None = engine_info(settings.engine)
@@ -232,7 +221,9 @@ async def measure(
             plan: list[int | None] = [None] if settings.rate_per_s else list(settings.concurrency)
             for concurrency in plan:
                 try:
-                    levels.append(await _measure_level(settings, http, client, prompts, engine, concurrency, emit))
+                    levels.append(
+                        await _measure_level(settings, http, client, prompts, engine, concurrency, emit, clock)
+                    )
                 except (RequestError, MetricsError) as exc:
                     error = str(exc)
                     break
@@ -244,6 +235,8 @@ async def measure(
         settings=settings,
         levels=tuple(levels),
         error=error,
+        clock=clock.name,
+        notes=clock.notes(),
     )
 
 
@@ -255,6 +248,7 @@ async def _measure_level(
     engine: EngineInfo | None,
     concurrency: int | None,
     emit: EventCallback[MeasureEvent],
+    clock: ServerClock,
 ) -> LevelResult:
     streams = concurrency or 1
     warmup = settings.warmup if settings.warmup is not None else streams
@@ -274,12 +268,13 @@ async def _measure_level(
                     + (" A server with /v1/completions only wants --api completions." if settings.api == "chat" else "")
                 )
             raise RequestError(f"every warm-up request failed: {error}")
-        warmup_s = warm.wall_s
+        warmup_s = clock.seconds(warm.wall_s)
     before, note = await _try_scrape(http)
+    before = clock.snapshot(before)
     emit(LevelStarted(concurrency=concurrency, requests=settings.requests))
 
     def done(record: RequestRecord) -> None:
-        emit(RequestDone(concurrency=concurrency, record=record))
+        emit(RequestDone(concurrency=concurrency, record=clock.record(record)))
 
     if settings.rate_per_s:
         run = await run_open_loop(
@@ -292,9 +287,11 @@ async def _measure_level(
             client, prompts, concurrency=streams,
             requests=target.max_requests if target is not None else settings.requests,
             max_tokens=settings.max_tokens, temperature=settings.temperature, on_done=done,
-            stop=None if target is None else partial(stop_reason, target),
+            stop=None if target is None else partial(_stop_reason, target, clock),
         )  # fmt: skip
+    run = clock.run(run)
     after, after_note = await _try_scrape(http)
+    after = clock.snapshot(after)
     delta = None
     gauge = None
     if before is not None and after is not None and engine is not None:
@@ -308,7 +305,7 @@ async def _measure_level(
     window = (start, run.saturated_until) if run.saturated_until and run.saturated_until > start else None
     summary = summarize_level(
         run.records, concurrency=run.concurrency, wall_s=run.wall_s, delta=delta, gauge_accept_length=gauge,
-        window=window, cut=run.cut,
+        window=window, cut=run.cut, itl=clock.resolves_steps,
     )  # fmt: skip
     notes = _level_notes(before, after, note or after_note, engine, delta)
     if summary.foreign_tokens:
@@ -325,6 +322,11 @@ async def _measure_level(
         summary=summary, records=run.records, delta=delta, notes=tuple(notes), stopped_by=run.stopped_by,
         warmup_s=warmup_s, cut=run.cut,
     )  # fmt: skip
+
+
+def _stop_reason(target: LevelTarget, clock: ServerClock, records: Sequence[RequestRecord]) -> str | None:
+    """The level's stop rule on its requests in the rig's units (a rival's rate is in them)."""
+    return stop_reason(target, clock.records(list(records)))
 
 
 def run_measure(settings: MeasureSettings, workload: Workload, **kwargs: Any) -> Measurement:

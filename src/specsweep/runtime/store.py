@@ -55,9 +55,10 @@ def measurement_to_dict(measurement: Measurement) -> dict[str, Any]:
             "workload": measurement.workload,
             "settings": settings,
             "error": measurement.error,
-            # levels' rates and durations are in the modelled hardware's units when time_scale is
-            # not 1 (the emulator's, undone); request records are always in wall-clock seconds
-            "time_scale": measurement.time_scale,
+            # "modelled": the server was the emulator, and every rate and time here, request
+            # records included, is in its modelled hardware's units (runtime/modelled_time.py)
+            "clock": measurement.clock,
+            "notes": list(measurement.notes),
             "levels": levels,
         }
     )

@@ -35,9 +35,9 @@ from specsweep.errors import LaunchError, ReadyTimeoutError
 from specsweep.runtime.launcher import (
     ServerProcess,
     describe_exit,
-    emulator_argv,
     failure_reason,
     free_port,
+    study_emulator_argv,
     wait_until_ready,
 )
 from specsweep.runtime.lease import clear_lease, lease_for, write_lease
@@ -156,17 +156,12 @@ class TrialServer:
     def _argv(self, port: int, spec: SpeculativeConfig | None, trial: int) -> list[str]:
         config = self.config
         if config.mode == "emulator":
-            emulator = config.emulator
-            return emulator_argv(
-                host=config.host,
-                port=port,
+            return study_emulator_argv(
+                config.emulator, host=config.host, port=port,
                 speculative_config=spec.to_json() if spec is not None else None,
-                profile=emulator.profile,
-                time_scale=emulator.time_scale,
-                seed=emulator.seed,
                 # each trial is another start: its own run-to-run variation, when the profile has any
-                extra=["--start-index", str(trial), *emulator.extra_args],
-            )
+                extra=["--start-index", str(trial)],
+            )  # fmt: skip
         assert config.start is not None
         return render_command(config.start, self._values)
 

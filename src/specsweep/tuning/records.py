@@ -20,7 +20,7 @@ from typing import Any
 
 import optuna
 
-from specsweep.analysis.levels import acceptance_by_subcategory, summary_in_modelled_time
+from specsweep.analysis.levels import acceptance_by_subcategory
 from specsweep.analysis.stopping import estimate_rate
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
@@ -46,45 +46,38 @@ class TrialOutcome(StrEnum):
 
 
 def level_figures(
-    measurement: Measurement, *, time_scale: float = 1.0, subcategories: Mapping[str, str] | None = None
+    measurement: Measurement, *, subcategories: Mapping[str, str] | None = None
 ) -> dict[int, LevelFigures]:
-    """The figures a study keeps of each measured level, by concurrency.
-
-    Rates are divided and times multiplied by ``time_scale`` (the emulator's), so they read in
-    the modelled hardware's units. ``subcategories``: the workload's prompt ids -> subcategory,
-    for acceptance per subcategory.
+    """The figures a study keeps of each measured level, by concurrency, in the rig's units (the
+    measurement's). ``subcategories``: the workload's prompt ids -> subcategory, for acceptance
+    per subcategory.
     """
-
-    def rate(value: float | None) -> float | None:
-        return None if value is None else value / time_scale
-
     out: dict[int, LevelFigures] = {}
     for level in measurement.levels:
         s = level.summary
-        latency = summary_in_modelled_time(s, time_scale)  # TPOT and ITL (ITL only at slow time scales)
         acceptance = s.acceptance
         decode = s.decode_tokens_per_s_per_stream
         counts = level.delta.accepted_per_position if level.delta and acceptance else None
         out[s.concurrency] = LevelFigures(
             concurrency=s.concurrency,
             # at full concurrency when known: the ramp-down tail of a closed loop is not the server's
-            output_tokens_per_s=rate(s.saturated_output_tokens_per_s or s.output_tokens_per_s),
-            wall_clock_output_tokens_per_s=rate(s.output_tokens_per_s),
-            decode_tokens_per_s_p50=rate(decode.p50) if decode else None,
-            ttft_p95_s=s.ttft_s.p95 * time_scale if s.ttft_s else None,
+            output_tokens_per_s=s.saturated_output_tokens_per_s or s.output_tokens_per_s,
+            wall_clock_output_tokens_per_s=s.output_tokens_per_s,
+            decode_tokens_per_s_p50=decode.p50 if decode else None,
+            ttft_p95_s=s.ttft_s.p95 if s.ttft_s else None,
             errors=s.errors,
             requests=s.requests,
-            server_generation_tokens_per_s=rate(s.server_generation_tokens_per_s),
+            server_generation_tokens_per_s=s.server_generation_tokens_per_s,
             per_position=tuple(acceptance.per_position) if acceptance else None,
             accepted_per_position=tuple(counts) if counts else None,
             num_drafts=acceptance.num_drafts if acceptance else None,
             mean_acceptance_length=acceptance.mean_acceptance_length if acceptance else None,
             notes=tuple(level.notes),
             relative_se=_precision(level.records, s.concurrency),
-            tpot_p50_s=latency.tpot.p50_s if latency.tpot else None,
-            tpot_p99_s=latency.tpot.p99_s if latency.tpot else None,
-            itl_p50_s=latency.itl.p50_s if latency.itl else None,
-            itl_p99_s=latency.itl.p99_s if latency.itl else None,
+            tpot_p50_s=s.tpot.p50_s if s.tpot else None,
+            tpot_p99_s=s.tpot.p99_s if s.tpot else None,
+            itl_p50_s=s.itl.p50_s if s.itl else None,
+            itl_p99_s=s.itl.p99_s if s.itl else None,
             by_subcategory=(acceptance_by_subcategory(level.records, subcategories) or None) if subcategories else None,
         )
     return out
@@ -153,18 +146,6 @@ def _boot_from_stored(stored: dict[str, Any] | None) -> BootFacts:
         max_concurrency=stored.get("max_concurrency"),
         memory_suggestions=tuple(stored.get("memory_suggestions") or ()),
         fp8_default_kernel_warning=bool(stored.get("fp8_default_kernel_warning")),
-    )
-
-
-def _identity_from_stored(stored: dict[str, Any] | None) -> ServerIdentity | None:
-    if not stored:
-        return None
-    return ServerIdentity(
-        engine=stored.get("engine"),
-        engine_version=stored.get("engine_version"),
-        model=stored.get("model"),
-        facts=dict(stored.get("facts") or {}),
-        time_scale=float(stored.get("time_scale") or 1.0),
     )
 
 
@@ -248,7 +229,7 @@ def read_trial(trial: optuna.trial.FrozenTrial) -> TrialRecord:
         constraints=tuple(float(c) for c in attrs.get("constraints", ())),
         boot=_boot_from_stored(attrs.get("boot")),
         startup_s=attrs.get("startup_s"),
-        server=_identity_from_stored(attrs.get("server")),
+        server=ServerIdentity.from_stored(attrs.get("server")),
         argv=None if argv is None else tuple(argv),
         record_file=attrs.get("record"),
         fail_reason=attrs.get("fail_reason"),

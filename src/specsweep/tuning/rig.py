@@ -40,8 +40,8 @@ from specsweep.analysis.rig_workload import (
 from specsweep.config import ServerConfig
 from specsweep.engines.registry import server_args_without_spec
 from specsweep.errors import ConfigError, FitError
-from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
+from specsweep.runtime.modelled_time import ServerClock, stored_in_modelled_time
 from specsweep.runtime.store import measurement_to_dict
 from specsweep.tuning.records import TrialRecord, read_trial_file, read_trials
 from specsweep.tuning.rig_file import template_server_args
@@ -53,18 +53,17 @@ def level_timings(
     measurement: Mapping[str, Any],
     spec: SpeculativeConfig | None,
     *,
-    time_scale: float = 1.0,
     trial: int | None = None,
     running: Candidate | None = None,
 ) -> list[LevelTiming]:
-    """Every level of one stored measurement (measurement_to_dict's shape), in modelled units.
+    """Every level of one stored measurement (measurement_to_dict's shape, in the rig's units).
 
     ``running`` names the configuration when no spec config is known (a server measured as it runs)."""
     out = []
     for level in measurement.get("levels", []):
         records = [r for r in level.get("records", []) if r.get("error") is None and r.get("completion_tokens")]
         spans = [
-            (r["last_token_s"] - r["ttft_s"]) * time_scale
+            r["last_token_s"] - r["ttft_s"]
             for r in records
             if r.get("last_token_s") is not None and r.get("ttft_s") is not None
         ]
@@ -78,7 +77,7 @@ def level_timings(
             num_speculative_tokens=candidate.num_speculative_tokens,
             concurrency=concurrency,
             drafter=candidate.drafter,
-            output_tokens_per_s=None if not rate else rate / time_scale,
+            output_tokens_per_s=rate or None,
             tokens_per_step=per_step,
             completion_tokens=completion,
             decode_spans_s=spans,
@@ -92,23 +91,21 @@ def level_timings(
     return out
 
 
-def measured_timings(measurement: Measurement, running: Candidate, *, time_scale: float) -> list[LevelTiming]:
+def measured_timings(measurement: Measurement, running: Candidate) -> list[LevelTiming]:
     """The levels of a measurement just taken, at the running configuration."""
-    return level_timings(measurement_to_dict(measurement), None, time_scale=time_scale, running=running)
+    return level_timings(measurement_to_dict(measurement), None, running=running)
 
 
-def _identity_from_trials(trials: Sequence[TrialRecord], engine: str) -> tuple[RigIdentity, float]:
+def _identity_from_trials(trials: Sequence[TrialRecord], engine: str) -> RigIdentity:
     """Engine, version, model and flags from the study's trials (every trial must agree)."""
     seen: dict[str, set[Any]] = {"engine_version": set(), "model": set(), "server_args": set()}
     facts: dict[str, Any] = {}
-    time_scale = 1.0
     for trial in trials:
         server = trial.server
         if server is not None:
             seen["engine_version"].add(server.engine_version)
             seen["model"].add(server.model)
             facts.update({k: v for k, v in server.facts.items() if v is not None})
-            time_scale = server.time_scale
             engine = server.engine or engine
         if trial.argv:
             seen["server_args"].add(server_args_without_spec(engine, list(trial.argv)))
@@ -127,14 +124,13 @@ def _identity_from_trials(trials: Sequence[TrialRecord], engine: str) -> tuple[R
         server_facts=facts,
         specsweep_version=__version__,
     )
-    return identity, time_scale
+    return identity
 
 
 def study_level_timings(
     trials: Sequence[TrialRecord],
     folder: Path,
     *,
-    time_scale: float,
     settings: dict[str, Any] | None = None,
     workloads: Sequence[str] | None = None,
 ) -> list[LevelTiming]:
@@ -152,7 +148,10 @@ def study_level_timings(
                 continue
             if settings is not None and not settings:
                 settings.update(measurement.get("settings") or {})
-            out.extend(level_timings(measurement, trial.spec, time_scale=time_scale, trial=trial.number))
+            # studies stored before runtime/ undid the emulator's clock kept wall-clock request times
+            clock = trial.server.clock if trial.server is not None else ServerClock()
+            stored = stored_in_modelled_time(measurement, clock)
+            out.extend(level_timings(stored, trial.spec, trial=trial.number))
     return out
 
 
@@ -163,12 +162,12 @@ def build_rig(
     no trial gives a timing)."""
     trials = read_trials(study, (optuna.trial.TrialState.COMPLETE,))
     study_settings = read_study_settings(study)
-    identity, time_scale = _identity_from_trials(trials, study_settings.engine)
+    identity = _identity_from_trials(trials, study_settings.engine)
     if server is not None:
         args = template_server_args(server)
         identity = RigIdentity(**{**_fields(identity), "server_args": args or identity.server_args})
     settings: dict[str, Any] = {}
-    levels = study_level_timings(trials, folder, time_scale=time_scale, settings=settings, workloads=workloads)
+    levels = study_level_timings(trials, folder, settings=settings, workloads=workloads)
     if not levels:
         raise FitError(
             f"no trial of the study in {folder} has request records to time (trials/*.json); a rig needs them."
@@ -224,11 +223,11 @@ def rig_drafter(rig: Rig, name: str | None) -> Drafter:
 
 
 def recommend_for_measurement(
-    rig: Rig, measurement: Measurement, identity: ServerIdentity, *, drafter: str | None = None, seed: int = 0
+    rig: Rig, measurement: Measurement, *, drafter: str | None = None, seed: int = 0
 ) -> WorkloadOnRig:
     """What the rig recommends for a workload measured on the running server at its current k."""
     chosen = rig_drafter(rig, drafter)
-    running_levels = {lv.concurrency: lv for lv in measured_timings(measurement, _placeholder(rig), time_scale=1.0)}
+    running_levels = {lv.concurrency: lv for lv in measured_timings(measurement, _placeholder(rig))}
     counts = [
         (
             decode_steps(level.delta.num_drafts or 0.0, running_levels.get(level.summary.concurrency)),
@@ -246,7 +245,7 @@ def recommend_for_measurement(
     k_top = max(rig.draft_lengths(chosen), default=depth)
     fit = acceptance_from_levels(counts, k_max=max(k_top, depth), seed=seed)
     running = Candidate(drafter=chosen, num_speculative_tokens=depth)
-    levels = measured_timings(measurement, running, time_scale=identity.time_scale)
+    levels = measured_timings(measurement, running)
     return recommend_for_workload(rig, workload=measurement.workload, drafter=chosen, fit=fit, levels=levels, seed=seed)
 
 

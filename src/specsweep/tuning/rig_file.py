@@ -34,7 +34,7 @@ from specsweep.config import ServerConfig
 from specsweep.engines.registry import server_args_without_spec
 from specsweep.errors import ConfigError
 from specsweep.runtime.identity import ServerIdentity
-from specsweep.runtime.launcher import emulator_argv
+from specsweep.runtime.launcher import study_emulator_argv
 from specsweep.runtime.store import write_json_atomic
 from specsweep.runtime.trial_server import placeholder_values, render_command
 
@@ -201,11 +201,7 @@ def check_server_against_rig(
 def template_server_args(server: ServerConfig) -> tuple[str, ...] | None:
     """The flags a study's server config starts every server with (spec part, host and port left out)."""
     if server.mode == "emulator":
-        emulator = server.emulator
-        argv = emulator_argv(
-            host=server.host, port=0, speculative_config=None, profile=emulator.profile,
-            time_scale=emulator.time_scale, seed=emulator.seed, extra=list(emulator.extra_args),
-        )  # fmt: skip
+        argv = study_emulator_argv(server.emulator, host=server.host, port=0, speculative_config=None)
     elif server.start is None:
         return None  # attach mode: the user starts the server; its flags are not known here
     else:

@@ -172,8 +172,7 @@ def _check_running_server(rig: Rig, trials: list[TrialRecord]) -> tuple[str, ...
 
 def _merge(rig: Rig, trials: list[TrialRecord], paths: StudyPaths) -> tuple[Rig, list[LevelTiming], list[str]]:
     """The rig plus this study's points where the rig had none (same k, level and drafter)."""
-    time_scale = next((t.server.time_scale for t in trials if t.server is not None), 1.0)
-    levels = study_level_timings(trials, paths.folder, time_scale=time_scale)
+    levels = study_level_timings(trials, paths.folder)
     covered = {(lv.num_speculative_tokens, lv.concurrency, lv.drafter) for lv in rig.levels}
     new = [lv for lv in levels if (lv.num_speculative_tokens, lv.concurrency, lv.drafter) not in covered]
     notes = [

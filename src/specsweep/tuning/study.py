@@ -333,7 +333,7 @@ class StudyRunner:
         targets = level_targets(
             self.config, records.measured_configs(self.study), key=key,
             contender=repeat or phase == PLANNED,
-            acceptance_run=phase == Phase.LARGEST_K or (phase is None and largest), time_scale=self.trials.time_scale,
+            acceptance_run=phase == Phase.LARGEST_K or (phase is None and largest),
         )  # fmt: skip
         trial_started = time.monotonic()
         try:

@@ -59,14 +59,13 @@ def level_targets(
     key: str,
     contender: bool,
     acceptance_run: bool,
-    time_scale: float = 1.0,
 ) -> dict[str, dict[int, LevelTarget]] | None:
     """What each level of the next trial must settle (None: a fixed budget, ``measure.requests``).
 
     ``contender``: a configuration measured again on purpose (the noise, tied leaders, a
     recommendation to confirm): it is not stopped for being behind. ``acceptance_run``: the
     drafter's largest k so far, whose counters fit the acceptance of every shorter draft.
-    ``time_scale``: the emulator's; stored rates are modelled, the client measures scaled ones.
+    Rates are the rig's (modelled on the emulator), as the measurement gives them.
     """
     m = config.measure
     if m.requests is not None:
@@ -83,7 +82,7 @@ def level_targets(
                 min_requests=min(least, m.max_requests),
                 max_requests=m.max_requests,
                 precision=m.precision,
-                best_tokens_per_s=rivals[0].tokens_per_s * time_scale if rivals and not contender else None,
+                best_tokens_per_s=rivals[0].tokens_per_s if rivals and not contender else None,
                 best_noise=noise.relative_sd if noise is not None else None,
             )
         out[workload] = levels
@@ -144,8 +143,6 @@ class TrialRunner:
         self.ask_user = ask_user
         self.help_flags = help_flags  # what the server binary's --help lists (llama.cpp builds differ)
         self.engine_version: str | None = None  # what the last server started said it is
-        # On the emulator, rates and times are recorded in modelled (real-hardware) units.
-        self.time_scale = config.server.emulator.time_scale if config.server.mode == "emulator" else 1.0
         self.modelled_boot_s = emulator_startup_s(config.server) if config.server.mode == "emulator" else None
 
     def run(
@@ -211,9 +208,7 @@ class TrialRunner:
         records.record_times(trial, times)
         record_file = records.write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
         results = {
-            name: records.level_figures(
-                m, time_scale=self.time_scale, subcategories={p.id: p.subcategory for p in self.workloads[name].prompts}
-            )
+            name: records.level_figures(m, subcategories={p.id: p.subcategory for p in self.workloads[name].prompts})
             for name, m in measurements.items()
         }
         objective = trial_objective(self.config, results)
@@ -246,7 +241,7 @@ class TrialRunner:
         measure = sum(level.measuring_s for m in measurements.values() for level in m.levels)
         return records.TrialTimes(
             boot_s=self.modelled_boot_s if self.modelled_boot_s is not None else boot,
-            measure_s=measure * self.time_scale,
+            measure_s=measure,
             modelled=self.modelled_boot_s is not None,
         )
 
