@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 
 from specsweep.config import parse_study_config
+from specsweep.rigs.file import check_server_against_rig, write_rig
+from specsweep.rigs.stored import build_rig, recommend_for_measurement
 from specsweep.runtime.identity import read_server_identity
 from specsweep.runtime.launcher import ServerProcess, free_port
 from specsweep.runtime.measure import MeasureSettings, run_measure
-from specsweep.tuning.rig import build_rig, recommend_for_measurement
-from specsweep.tuning.rig_file import check_server_against_rig, write_rig
 from specsweep.tuning.stored import measured_configs
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths

@@ -29,11 +29,11 @@ from specsweep.config import EmulatorServer, MeasureConfig, Objective, SearchSpa
 from specsweep.emulator.model import compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import bundled_profile_names, load_profile
 from specsweep.engines.vllm import validate_speculative_config
+from specsweep.rigs.file import RIG_FILE, check_server_against_rig, load_rig, write_rig
+from specsweep.rigs.stored import build_rig, recommend_for_measurement
 from specsweep.runtime.identity import read_server_identity
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
 from specsweep.runtime.measure import MeasureSettings, run_measure
-from specsweep.tuning.rig import build_rig, recommend_for_measurement
-from specsweep.tuning.rig_file import RIG_FILE, check_server_against_rig, load_rig, write_rig
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
 from specsweep.workload import load_workload

@@ -41,16 +41,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.builders import emulator_study, exact_rig, specsweep, write_study
 
 from specsweep.analysis.series import intervals_from_snapshots
-from specsweep.analysis.watch import WatchSettings, analyse_windows
 from specsweep.emulator.model import acceptance_curve
 from specsweep.emulator.profile import bundled_profile_names, load_profile
 from specsweep.emulator.traffic import load_schedule, window_tokens_per_s
 from specsweep.engines.registry import engine_info
 from specsweep.engines.vllm import validate_speculative_config
+from specsweep.rigs.file import RIG_FILE, load_rig
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
 from specsweep.runtime.poll import PollMissed, poll_metrics
-from specsweep.tuning.rig_file import RIG_FILE, load_rig
-from specsweep.tuning.watch import series_names
+from specsweep.watch.engines import series_names
+from specsweep.watch.windows import WatchSettings, analyse_windows
 
 RUNNING_K = {"dgx-spark-v4-flash": 5, "l40s-llama-8b-eagle3": 4}  # what the user runs today
 FIELDS = {"l40s-llama-8b-eagle3": {"model": "bench/eagle3-drafter"}}

@@ -90,10 +90,10 @@ def exact_rig(
     and gauges' sampling noise between it and the truth. ``fields``: other spec-config fields
     of the drafter (``model`` for eagle3)."""
     from specsweep.analysis.drafters import drafter_of
-    from specsweep.analysis.rig import LevelTiming, RequestShape, RigIdentity, fit_rig
     from specsweep.emulator.model import compute_truth, step_time_s, workload_prompt_tokens
     from specsweep.emulator.profile import load_profile
     from specsweep.engines.vllm import validate_speculative_config
+    from specsweep.rigs.model import LevelTiming, RequestShape, RigIdentity, fit_rig
 
     profile = load_profile(profile_name)
     first = {**(fields or {}), "method": method, "num_speculative_tokens": 1, "draft_sample_method": "probabilistic"}

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from specsweep.config import parse_study_config
+from specsweep.rigs.file import RIG_FILE, write_rig
+from specsweep.rigs.stored import build_rig
 from specsweep.runtime.launcher import ServerProcess, free_port
-from specsweep.tuning.rig import build_rig
-from specsweep.tuning.rig_file import RIG_FILE, write_rig
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
 

@@ -11,14 +11,14 @@ import optuna
 import pytest
 
 from specsweep.analysis.drafters import Candidate, Drafter
-from specsweep.analysis.rig import RIG_SCHEMA_VERSION, LevelTiming, RequestShape, RigIdentity, fit_rig
-from specsweep.analysis.rig_workload import WorkloadTiming, recommend_with_rig
 from specsweep.emulator.model import acceptance_curve, closed_loop_tokens_per_s, prefill_time_s, step_time_s
 from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import server_args_without_spec
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
-from specsweep.tuning.rig_file import check_identity, rig_from_dict, rig_to_dict
+from specsweep.rigs.file import check_identity, rig_from_dict, rig_to_dict
+from specsweep.rigs.model import RIG_SCHEMA_VERSION, LevelTiming, RequestShape, RigIdentity, fit_rig
+from specsweep.rigs.workload import WorkloadTiming, recommend_with_rig
 
 from .builders import emulator_study, specsweep, write_study
 
@@ -314,7 +314,7 @@ def test_study_refuses_a_rig_measured_under_other_flags(prose_rig: Path) -> None
 
 
 def test_stored_levels_give_the_draft_share_and_keep_a_drafter_that_drafted_nothing() -> None:
-    from specsweep.tuning.rig import level_timings
+    from specsweep.rigs.stored import level_timings
 
     def stored(acceptance, counted):
         records = [

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from specsweep.analysis.series import IntervalReader, SeriesNames, intervals_from_snapshots
-from specsweep.analysis.traffic import split_windows, summarize_window, window_acceptance
-from specsweep.analysis.watch import WatchSettings, analyse_windows
 from specsweep.engines import llamacpp, sglang, vllm
 from specsweep.engines.registry import engine_from_metric_names, engine_info
-from specsweep.tuning.watch import series_names
 from specsweep.types import MetricsSnapshot
+from specsweep.watch.engines import series_names
+from specsweep.watch.traffic import split_windows, summarize_window, window_acceptance
+from specsweep.watch.windows import WatchSettings, analyse_windows
 
 NAMES = series_names(engine_info("vllm"))
 GEN = vllm.COUNTERS.generation_tokens

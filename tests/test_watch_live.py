@@ -18,8 +18,8 @@ import pytest
 from specsweep.emulator.model import acceptance_curve
 from specsweep.emulator.profile import load_profile
 from specsweep.emulator.traffic import load_schedule
+from specsweep.rigs.file import write_rig
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
-from specsweep.tuning.rig_file import write_rig
 
 from .builders import exact_rig, specsweep
 from .watch_truth import PROFILE, RUNNING, TEMPERATURE, assert_acceptance_matches, spec, true_rates

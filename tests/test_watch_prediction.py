@@ -10,12 +10,12 @@ import json
 import pytest
 
 from specsweep.analysis.series import intervals_from_snapshots
-from specsweep.analysis.watch import WatchSettings, analyse_windows
 from specsweep.emulator.model import acceptance_curve
 from specsweep.emulator.profile import load_profile
 from specsweep.emulator.traffic import TrafficSchedule, TrafficWindow
-from specsweep.report.watch_figures import acceptance_by_window_data, concurrency_data, gain_data
-from specsweep.report.watch_report import write_watch_report
+from specsweep.watch.figures import acceptance_by_window_data, concurrency_data, gain_data
+from specsweep.watch.report import write_watch_report
+from specsweep.watch.windows import WatchSettings, analyse_windows
 
 from .builders import exact_rig
 from .test_watch_analysis import NAMES, RUNNING, engines, snap, steady

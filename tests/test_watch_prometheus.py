@@ -16,8 +16,8 @@ import pytest
 
 from specsweep.emulator.profile import load_profile
 from specsweep.emulator.traffic import load_schedule, mix_per_position
+from specsweep.rigs.file import write_rig
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
-from specsweep.tuning.rig_file import write_rig
 
 from .builders import exact_rig, specsweep
 from .prometheus_server import prometheus_binary, running_prometheus

@@ -51,7 +51,7 @@ def sample_rates(
     ``acceptance`` gives each drafter's acceptance for the workload: an AcceptanceFit, or plain
     S_1..S_K taken as exact (no uncertainty, no extrapolation past K). ``acceptance_scale``
     multiplies a drafter's S_1 + ... + S_k at k (a drafter that drafts at some steps only, and
-    at a share that depends on k: see analysis/rig.py); a k it does not name keeps 1.
+    at a share that depends on k: see rigs/model.py); a k it does not name keeps 1.
     ``workload``: the workload the model's observations and ``acceptance`` are both of, where they
     are; a misfitting drafter's measured configurations are then predicted at the rate they
     measured (a rig's model, measured on another workload, leaves it None).

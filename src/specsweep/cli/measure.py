@@ -16,6 +16,8 @@ from specsweep.cli.options import check_duration, check_levels, check_url, one_o
 from specsweep.cli.printers import print_measurement, print_rig_recommendation
 from specsweep.config import parse_concurrency
 from specsweep.errors import ConfigError
+from specsweep.rigs.file import check_server_against_rig, load_rig
+from specsweep.rigs.stored import recommend_for_measurement, rig_drafter
 from specsweep.runtime.client import api_key_from_env
 from specsweep.runtime.identity import read_server_identity
 from specsweep.runtime.measure import (
@@ -27,8 +29,6 @@ from specsweep.runtime.measure import (
     thin_levels,
 )
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
-from specsweep.tuning.rig import recommend_for_measurement, rig_drafter
-from specsweep.tuning.rig_file import check_server_against_rig, load_rig
 from specsweep.workload import load_workload, too_small
 
 MEASUREMENT_FILE = "measurement.json"  # what --out DIR holds

@@ -15,11 +15,11 @@ from rich.text import Text
 
 from specsweep.analysis.drafters import candidate_of
 from specsweep.analysis.recommendation import Recommendation
-from specsweep.analysis.rig import Rig
 from specsweep.analysis.study import StudyAnalysis
-from specsweep.analysis.watch import WatchReport
 from specsweep.report.study_report import baseline_name, recommendation_summary, snippet_for, snippet_heading
-from specsweep.report.watch_report import summary_lines, window_lines
+from specsweep.rigs.model import Rig
+from specsweep.rigs.stored import WorkloadOnRig
+from specsweep.rigs.study import RigStudyOutcome
 from specsweep.runtime.measure import LevelResult, LevelStarted, Measurement, RequestDone, WarmingUp
 from specsweep.tuning.events import (
     MeasuredElsewhere,
@@ -36,11 +36,11 @@ from specsweep.tuning.events import (
     Waiting,
 )
 from specsweep.tuning.plan import StudyPlan
-from specsweep.tuning.rig import WorkloadOnRig
-from specsweep.tuning.rig_study import RigStudyOutcome
 from specsweep.tuning.stored import pick_best
 from specsweep.tuning.study_time import StudyTime
 from specsweep.types import MeasuredConfig, StudySettings
+from specsweep.watch.report import summary_lines, window_lines
+from specsweep.watch.windows import WatchReport
 
 
 def print_analysis(

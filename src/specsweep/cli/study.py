@@ -30,11 +30,11 @@ from specsweep.config import (
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.errors import ConfigError, FitError
 from specsweep.report.snippets import render_snippet, snippet_format_for
+from specsweep.rigs.file import RIG_FILE, load_rig, write_rig
+from specsweep.rigs.stored import build_rig
+from specsweep.rigs.study import run_rig_study
 from specsweep.tuning.plan import plan_study
 from specsweep.tuning.records import measured_configs
-from specsweep.tuning.rig import build_rig
-from specsweep.tuning.rig_file import RIG_FILE, load_rig, write_rig
-from specsweep.tuning.rig_study import run_rig_study
 from specsweep.tuning.storage import default_worker, is_shared, redact_password
 from specsweep.tuning.stored import analyze_stored_study, best_overall, nothing_to_compare
 from specsweep.tuning.study import StudyOutcome, StudyRunner

@@ -14,25 +14,25 @@ from rich.console import Console
 from rich.live import Live
 
 from specsweep.analysis.series import intervals_from_snapshots
-from specsweep.analysis.watch import WatchSettings, analyse_windows
 from specsweep.cli.options import check_duration, check_url, one_of, seconds_of
 from specsweep.cli.printers import print_watch, watch_view
 from specsweep.engines.registry import EngineInfo, max_num_seqs_flag
 from specsweep.errors import ConfigError
 from specsweep.report.snippets import FORMATS, snippet_format_for
-from specsweep.report.watch_report import interval_json, watch_json, window_json, write_watch_report
+from specsweep.rigs.file import check_server_against_rig, load_rig
 from specsweep.runtime.client import api_key_from_env
 from specsweep.runtime.identity import read_server_identity
 from specsweep.runtime.poll import poll_metrics
-from specsweep.tuning.rig_file import check_server_against_rig, load_rig
-from specsweep.tuning.watch import (
+from specsweep.watch.engines import (
     check_model_labels,
     check_rig_engine,
     read_prometheus_span,
     series_names,
     watch_drafter,
 )
-from specsweep.tuning.watch_live import LiveWatch
+from specsweep.watch.live import LiveWatch
+from specsweep.watch.report import interval_json, watch_json, window_json, write_watch_report
+from specsweep.watch.windows import WatchSettings, analyse_windows
 
 
 def _moment(text: str, flag: str) -> float:

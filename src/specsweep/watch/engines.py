@@ -1,5 +1,5 @@
 """``specsweep watch``: reading a server's metrics (a live poll of /metrics or a Prometheus range)
-and handing them to the analysis (analysis/watch.py) with the engine's names, the rig and its
+and handing them to the analysis (watch/windows.py) with the engine's names, the rig and its
 drafter. Nothing is sent to the server but metric reads (docs/watch.md).
 """
 
@@ -9,10 +9,10 @@ import time
 from collections.abc import Sequence
 
 from specsweep.analysis.drafters import Drafter, find_drafter
-from specsweep.analysis.rig import Rig
 from specsweep.analysis.series import SeriesNames
 from specsweep.engines.registry import EngineInfo, engine_from_metric_names, engine_info
 from specsweep.errors import ConfigError, MetricsError
+from specsweep.rigs.model import Rig
 from specsweep.runtime.prometheus import PrometheusReader, default_step_s, label_matchers
 from specsweep.types import MetricsSnapshot, SpeculativeConfig
 

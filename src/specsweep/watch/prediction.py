@@ -2,7 +2,7 @@
 the concurrency the server ran at, and the recommendation.
 
 At each batch size B the server ran, the traffic's rate under draft length k is the rig's formula
-for a workload (analysis/rig_workload.py): R(k, B) = B M / (c + (M - 1) T(k, B) / E(k)), with the
+for a workload (rigs/workload.py): R(k, B) = B M / (c + (M - 1) T(k, B) / E(k)), with the
 traffic's acceptance E(k), its mean completion tokens M, and the rig's request overhead c. The
 rig measured T and c at a few concurrency levels; between two of them both are interpolated
 linearly in B (step time grows about linearly with the batch at a fixed k), beyond the largest
@@ -33,9 +33,9 @@ import numpy as np
 from specsweep.analysis.drafters import Candidate, Drafter
 from specsweep.analysis.fits import AcceptanceFit, band, point_per_position
 from specsweep.analysis.rates import RateSample, sample_rates
-from specsweep.analysis.rig import LevelTiming, Rig, fit_rig
-from specsweep.analysis.rig_workload import WorkloadTiming, workload_acceptance_scale, workload_model
 from specsweep.errors import FitError
+from specsweep.rigs.model import LevelTiming, Rig, fit_rig
+from specsweep.rigs.workload import WorkloadTiming, workload_acceptance_scale, workload_model
 
 LEVEL_COMPLETION_TOKENS = 600.0  # any M works for a derived level: its step time is what it carries
 

@@ -3,8 +3,8 @@ acceptance per window, the concurrency each window ran at, and the predicted gai
 
 from __future__ import annotations
 
-from specsweep.analysis.watch import WatchReport
 from specsweep.report.figures import FigureData, Panel, Series
+from specsweep.watch.windows import WatchReport
 
 
 def _name(number: int) -> str:

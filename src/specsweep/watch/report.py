@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from specsweep.analysis.series import Interval
-from specsweep.analysis.traffic_rig import ConfigRate, TrafficRecommendation
-from specsweep.analysis.watch import WatchReport, WindowReport
 from specsweep.report import document as doc
 from specsweep.report.figures import render_figure
 from specsweep.report.snippets import render_snippet
-from specsweep.report.watch_figures import acceptance_by_window_data, concurrency_data, gain_data
 from specsweep.runtime.store import finite_json, write_atomic, write_json_atomic
+from specsweep.watch.figures import acceptance_by_window_data, concurrency_data, gain_data
+from specsweep.watch.prediction import ConfigRate, TrafficRecommendation
+from specsweep.watch.windows import WatchReport, WindowReport
 
 
 def clock(stamp: float, *, with_date: bool = False) -> str:
@@ -133,7 +133,7 @@ def window_json(report: WindowReport, fmt: str) -> dict[str, Any]:
     """One window as JSON (rates in the rig's units)."""
     w, acceptance, rec = report.window, report.acceptance, report.recommendation
     fit = acceptance.fit if acceptance else None
-    return finite_json(
+    out: dict[str, Any] = finite_json(
         {
             "start": w.start,
             "end": w.end,
@@ -164,6 +164,7 @@ def window_json(report: WindowReport, fmt: str) -> dict[str, Any]:
             "notes": list(report.notes),
         }
     )
+    return out
 
 
 def _recommendation_json(report: WindowReport, rec: TrafficRecommendation, fmt: str) -> dict[str, Any]:
@@ -208,7 +209,7 @@ def interval_json(interval: Interval, report: WatchReport | None, fmt: str) -> d
         None,
     )
     scale = report.time_scale if report is not None else 1.0
-    return finite_json(
+    out: dict[str, Any] = finite_json(
         {
             "kind": "interval",
             "start": interval.start,
@@ -225,6 +226,7 @@ def interval_json(interval: Interval, report: WatchReport | None, fmt: str) -> d
             "changes": [] if report is None else list(report.changes),
         }
     )
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

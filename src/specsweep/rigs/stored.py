@@ -1,10 +1,10 @@
 """Rigs from measurements: a stored study's rig, and what a rig recommends for a workload.
 
 A study's trials hold every request (trials/trial-NNNN.json); a rig keeps, per measured level,
-the decode step time and the request overhead those requests imply (analysis/rig.py), with the
+the decode step time and the request overhead those requests imply (rigs/model.py), with the
 engine, version, model and flags the servers ran with. ``studies/NAME/rig.json`` is written at
 the end of every study; ``specsweep rig STUDY_FOLDER`` writes it again from stored data. The
-file itself and the identity checks: tuning/rig_file.py.
+file itself and the identity checks: rigs/file.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,11 @@ import optuna
 from specsweep import __version__
 from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, find_drafter
 from specsweep.analysis.fits import AcceptanceFit
-from specsweep.analysis.rig import (
+from specsweep.config import ServerConfig
+from specsweep.engines.registry import server_args_without_spec
+from specsweep.errors import ConfigError, FitError
+from specsweep.rigs.file import template_server_args
+from specsweep.rigs.model import (
     LevelTiming,
     RequestShape,
     Rig,
@@ -30,21 +34,17 @@ from specsweep.analysis.rig import (
     level_timing,
     tokens_per_step,
 )
-from specsweep.analysis.rig_workload import (
+from specsweep.rigs.workload import (
     RigRecommendation,
     WorkloadTiming,
     acceptance_from_levels,
     recommend_with_rig,
     workload_timing,
 )
-from specsweep.config import ServerConfig
-from specsweep.engines.registry import server_args_without_spec
-from specsweep.errors import ConfigError, FitError
 from specsweep.runtime.measure import Measurement
 from specsweep.runtime.modelled_time import ServerClock, stored_in_modelled_time
 from specsweep.runtime.store import measurement_to_dict
 from specsweep.tuning.records import TrialRecord, read_trial_file, read_trials
-from specsweep.tuning.rig_file import template_server_args
 from specsweep.tuning.study_settings import read_study_settings
 from specsweep.types import SpeculativeConfig
 

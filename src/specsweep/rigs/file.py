@@ -29,10 +29,10 @@ from typing import Any
 
 from specsweep import __version__
 from specsweep.analysis.drafters import Drafter
-from specsweep.analysis.rig import RIG_SCHEMA_VERSION, LevelTiming, RequestShape, Rig, RigIdentity, fit_rig
 from specsweep.config import ServerConfig
 from specsweep.engines.registry import server_args_without_spec
 from specsweep.errors import ConfigError
+from specsweep.rigs.model import RIG_SCHEMA_VERSION, LevelTiming, RequestShape, Rig, RigIdentity, fit_rig
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.launcher import study_emulator_argv
 from specsweep.runtime.store import write_json_atomic

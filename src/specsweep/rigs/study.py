@@ -18,19 +18,19 @@ from typing import Any
 import optuna
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of, drafter_of
-from specsweep.analysis.rig import LevelTiming, Rig, RigIdentity, decode_steps, fit_rig
-from specsweep.analysis.rig_workload import (
+from specsweep.config import StudyConfig
+from specsweep.errors import ConfigError
+from specsweep.rigs.file import RIG_FILE, check_identity, template_server_args, write_rig
+from specsweep.rigs.model import LevelTiming, Rig, RigIdentity, decode_steps, fit_rig
+from specsweep.rigs.stored import WorkloadOnRig, study_level_timings
+from specsweep.rigs.workload import (
     RigRecommendation,
     acceptance_from_levels,
     recommend_with_rig,
     workload_timing,
 )
-from specsweep.config import StudyConfig
-from specsweep.errors import ConfigError
 from specsweep.tuning.events import Note, StudyEvent
 from specsweep.tuning.records import TrialRecord, read_trials
-from specsweep.tuning.rig import WorkloadOnRig, study_level_timings
-from specsweep.tuning.rig_file import RIG_FILE, check_identity, template_server_args, write_rig
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import StudyPaths
 from specsweep.types import EventCallback

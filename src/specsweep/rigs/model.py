@@ -25,8 +25,8 @@ acceptance scales by q(k) / q(k0), and its step time mixes drafted and plain ste
 T_W(k) = T_0 + (T(k) - T_0) * q_W(k) / q(k) with T_0 the step time with speculation off. A
 drafter that drafts at every step has q = 1 throughout and none of this changes anything.
 
-Pure: records and fits. A workload on a rig: analysis/rig_workload.py; the rig file and the
-identity checks: tuning/rig_file.py.
+Pure: records and fits. A workload on a rig: rigs/workload.py; the rig file and the
+identity checks: rigs/file.py.
 """
 
 from __future__ import annotations

@@ -13,12 +13,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specsweep.analysis.series import Interval, IntervalReader
-from specsweep.analysis.watch import WatchReport, WatchSettings, WindowReport, analyse_windows
 from specsweep.engines.registry import EngineInfo
 from specsweep.errors import FitError
 from specsweep.runtime.poll import PollMissed
-from specsweep.tuning.watch import detect_engine, series_names
 from specsweep.types import MetricsSnapshot
+from specsweep.watch.engines import detect_engine, series_names
+from specsweep.watch.windows import WatchReport, WatchSettings, WindowReport, analyse_windows
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,5 +1,5 @@
 """A workload on a rig: its own overhead and acceptance with the rig's step time give its rate
-at every k (the formulas are in analysis/rig.py's docstring), and the recommended k per
+at every k (the formulas are in rigs/model.py's docstring), and the recommended k per
 concurrency.
 
 Pure: no I/O.
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from specsweep.analysis.drafters import Candidate, Drafter
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance, point_per_position
 from specsweep.analysis.recommendation import Recommendation, recommend_draft_length
-from specsweep.analysis.rig import LevelTiming, Rig
 from specsweep.analysis.throughput import ThroughputModel, ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
+from specsweep.rigs.model import LevelTiming, Rig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,8 +1,8 @@
 """What ``specsweep watch`` concludes from a server's metrics: per window of time the traffic as
-served (analysis/traffic.py), its acceptance, and what a rig predicts and recommends for it
-(analysis/traffic_rig.py); the same over the whole span, and what changed between windows.
+served (watch/traffic.py), its acceptance, and what a rig predicts and recommends for it
+(watch/prediction.py); the same over the whole span, and what changed between windows.
 
-Pure: tuning/watch.py reads the metrics (a live poll or a Prometheus range) and picks the
+Pure: watch/engines.py reads the metrics (a live poll or a Prometheus range) and picks the
 engine's names and the rig's drafter.
 """
 
@@ -14,24 +14,24 @@ from dataclasses import dataclass, replace
 
 from specsweep.analysis.drafters import Candidate, Drafter, drafter_fields
 from specsweep.analysis.recommendation import batch_size_table
-from specsweep.analysis.rig import Rig
 from specsweep.analysis.series import Interval, SeriesNames
 from specsweep.analysis.snippet_plan import UNKNOWN_MAX_NUM_SEQS
-from specsweep.analysis.traffic import (
+from specsweep.errors import FitError
+from specsweep.rigs.model import Rig
+from specsweep.types import BatchSizeRange, SpeculativeConfig
+from specsweep.watch.prediction import (
+    TrafficPrediction,
+    TrafficRecommendation,
+    predict_traffic,
+    recommend_for_traffic,
+)
+from specsweep.watch.traffic import (
     ServedWindow,
     WindowAcceptance,
     merge_windows,
     split_windows,
     window_acceptance,
 )
-from specsweep.analysis.traffic_rig import (
-    TrafficPrediction,
-    TrafficRecommendation,
-    predict_traffic,
-    recommend_for_traffic,
-)
-from specsweep.errors import FitError
-from specsweep.types import BatchSizeRange, SpeculativeConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
