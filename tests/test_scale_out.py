@@ -239,9 +239,10 @@ def test_two_workers_share_one_model_guided_search(tmp_path: Path, postgres: Pos
     study = optuna.load_study(study_name="guided", storage=open_storage(storage, heartbeat_s=None))
     measured = [t for t in study.trials if t.state == COMPLETE and "reused_from" not in t.user_attrs]
     first = [t.user_attrs["key"] for t in measured if not is_repeat(t)]
-    # off and the largest k at least; a configuration is measured twice only when the search asks for
-    # a repeat (to separate leaders), never because two workers claimed it
-    assert len(first) == len(set(first)) >= 3, outputs
+    # off and the largest k at least (the search may stop there: with one drafter, a start at a
+    # shorter k can be worth less than it costs); a configuration is measured twice only when the
+    # search asks for a repeat (to separate leaders), never because two workers claimed it
+    assert len(first) == len(set(first)) >= 2, outputs
     assert {t.user_attrs["key"] for t in measured if is_repeat(t)} <= set(first)
     assert emulator_pids("--seed 630") == []
 
