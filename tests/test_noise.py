@@ -130,3 +130,23 @@ def test_levels_that_share_their_starts_variation_count_once_and_unrelated_ones_
     assert a is not None and b is not None
     assert a.level_correlation > 0.9 and a.df == per_level  # a start slow at one level is slow at both
     assert b.level_correlation < 0.5 and b.df > 1.6 * per_level  # nearly independent draws: close to 28
+
+
+def test_a_line_is_tested_at_the_noise_the_repeats_show_not_at_the_prior_alone() -> None:
+    """Starts that vary by about 10%, an engine whose usual noise is 2%: the repeats show the 10%,
+    and the line through k = 1..5 misses by as much. Tested at the prior alone the line would
+    misfit and be left out, so only steady evidence would count (the estimate biased low wherever
+    starts vary more than the prior says); tested at what the repeats show, it fits and counts."""
+    factors = {1: (0.90, 1.10), 2: (1.08,), 3: (0.93,), 4: (1.06,), 5: (1.10, 0.92)}
+    configs, trial = [], 0
+    for k, draws in factors.items():
+        for factor in draws:
+            configs.append(measured(trial, k, "greedy", factor))
+            trial += 1
+    prior = RunNoisePrior(relative_sd=0.02, df=2, source="test")
+    noise = run_to_run_noise(configs, "prose", prior)
+    assert noise is not None and noise.repeated == 2 and noise.lines == 2  # one line per level, both kept
+    # two repeats and a line through 5 draft lengths (3 df) per level, the levels sharing their starts
+    assert noise.df == 2 + 3
+    # the factors' own spread around the line, pooled with the prior's 2% (2 df)
+    assert 0.06 < noise.relative_sd < 0.11

@@ -92,10 +92,17 @@ def test_candidates_the_data_cannot_tell_apart_are_named_tied_the_best_still_win
     assert (k4.candidate in rec.tied) is tied
     assert (k4.shortfall_low_tokens_per_s <= 0) is tied
     if tied:
-        # k = 4 could be at most 0.29 of 71.5 tok/s faster (0.4%): under the 1% tolerance, either is fine
-        assert -k4.shortfall_low_tokens_per_s < 0.01 * rec.tokens_per_s
-        assert rec.within_tolerance == (k4.candidate,)
-        assert "k=4 dspark (probabilistic) are within 1% of each other: either is fine" in rec.reason
+        # k = 4 could be at most 0.29 of 71.5 tok/s faster (0.4%), but up to 1.41 slower (2.0%): the
+        # two differ by more than 1% in one direction, so at a 1% tolerance they are not "either is
+        # fine" (whoever ran k = 4 instead could lose 2%); at 2.5% they are, both ways.
+        assert -k4.shortfall_low_tokens_per_s < 0.01 * rec.tokens_per_s < k4.shortfall_high_tokens_per_s
+        assert not rec.within_tolerance and "either is fine" not in rec.reason
+        loose = recommend_draft_length(
+            model, {DSPARK: acceptance}, concurrency=1, workload="prose", seed=1, tolerance=0.025
+        )
+        assert k4.shortfall_high_tokens_per_s < 0.025 * loose.tokens_per_s
+        assert loose.within_tolerance == (k4.candidate,)
+        assert "k=4 dspark (probabilistic) are within 2.5% of each other: either is fine" in loose.reason
         strict = recommend_draft_length(
             model, {DSPARK: acceptance}, concurrency=1, workload="prose", seed=1, tolerance=0.001
         )

@@ -14,9 +14,10 @@ Two kinds of evidence, per workload and concurrency level, on the log scale of s
   widen the estimate.
 
 - **Step-time lines.** One drafter measured at three or more draft lengths: where their mean step
-  times fit a line in k (their misses' chi-square at the engine's usual noise below its 95th
-  percentile), the misses are run-to-run noise, K - 2 degrees of freedom per level; a line they
-  misfit is shape (captured graph sizes, drafting only where text matches) and is left out.
+  times fit a line in k (their misses' chi-square below its 95th percentile at the noise the
+  rest of the evidence shows, pooled with the engine's usual noise), the misses are run-to-run
+  noise, K - 2 degrees of freedom per level; a line they misfit is shape (captured graph sizes,
+  drafting only where text matches) and is left out.
 
 Before any of these exists, and pooled with them as its degrees of freedom, the engine's usual noise
 (a ``RunNoisePrior``: what starts of that engine usually vary by, an assumption the study's own
@@ -153,21 +154,35 @@ def run_to_run_noise(
         row.df += len(ratios) - 1
         row.residuals.update((("pair", method, k), (d - mean) / math.sqrt(v)) for k, d, v in ratios)
         pairs.update((method, k) for k, _, _ in ratios)
-    lines = 0
+    candidates = {}
     for (drafter, level), line_points in _line_points(cells).items():
         misses = _line_misses(line_points)
-        if misses is None:
-            continue
-        squares = sum(m * m for m in misses.values())
-        df = len(line_points) - 2
-        # A line its points misfit (step-shaped times, drafting only where text matches) is not noise.
-        if prior is not None and squares > prior.relative_sd**2 * float(stats.chi2.ppf(LINE_FIT_LEVEL, df)):
-            continue
-        row = levels.setdefault(level, _Level())
-        row.squares += squares
+        if misses is not None:
+            candidates[(drafter, level)] = (misses, len(line_points) - 2)
+    # A line its points misfit (step-shaped times, drafting only where text matches) is not noise;
+    # it misfits at the noise the rest of the evidence shows, not at the prior alone (testing at
+    # the prior would keep only the lines that happen to be steady, and the estimate would be
+    # biased low wherever starts vary more than the prior says). The lines kept raise that noise,
+    # so the test runs again until the kept set stops changing.
+    kept: set[tuple[Drafter, int]] = set()
+    for _ in range(len(candidates) + 1):
+        reference = _pooled_sd(levels, candidates, kept, prior)
+        fitting = {
+            key
+            for key, (misses, df) in candidates.items()
+            if reference is None
+            or sum(m * m for m in misses.values()) <= reference**2 * float(stats.chi2.ppf(LINE_FIT_LEVEL, df))
+        }
+        if fitting == kept:
+            break
+        kept = fitting
+    for key in kept:
+        misses, df = candidates[key]
+        row = levels.setdefault(key[1], _Level())
+        row.squares += sum(m * m for m in misses.values())
         row.df += df
-        row.residuals.update((("line", drafter, k), m) for k, m in misses.items())
-        lines += 1
+        row.residuals.update((("line", key[0], k), m) for k, m in misses.items())
+    lines = len(kept)
     used = [row for row in levels.values() if row.df > 0]
     if not used and prior is None:
         return None
@@ -193,6 +208,26 @@ def run_to_run_noise(
         prior=prior,
         within=own,
     )
+
+
+def _pooled_sd(
+    levels: dict[int, _Level],
+    candidates: dict[tuple[Drafter, int], tuple[dict[int, float], int]],
+    kept: set[tuple[Drafter, int]],
+    prior: RunNoisePrior | None,
+) -> float | None:
+    """The relative sd of the repeats, sibling pairs and ``kept`` lines, pooled with the prior
+    (plain degrees of freedom: only the line test reads it). None: no evidence and no prior."""
+    squares = sum(r.squares for r in levels.values())
+    df = sum(r.df for r in levels.values())
+    for key in kept:
+        misses, line_df = candidates[key]
+        squares += sum(m * m for m in misses.values())
+        df += line_df
+    if prior is not None:
+        squares += prior.df * prior.relative_sd**2
+        df += prior.df
+    return math.sqrt(squares / df) if df > 0 else None
 
 
 def _line_points(cells: Cells) -> dict[tuple[Drafter, int], list[tuple[int, float, int]]]:

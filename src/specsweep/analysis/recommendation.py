@@ -70,7 +70,7 @@ class Recommendation:
     tokens_per_s_high: float
     measured_tokens_per_s: float | None
     tied: tuple[Candidate, ...]  # candidates the data cannot tell from the choice, best predicted first
-    # of those, the ones that cannot be more than the tolerance faster: either is fine
+    # of those, the ones that cannot be more than the tolerance faster or slower: either is fine
     within_tolerance: tuple[Candidate, ...] = ()
     measured: bool  # the choice itself was measured at this concurrency
     gain_over_off: Gain | None
@@ -101,7 +101,7 @@ def recommend_draft_length(
     """Best k and drafter for one workload at one measured concurrency (see the module doc).
 
     ``acceptance_scale``: see sample_rates. ``tolerance``: a tied candidate that cannot be more
-    than this share faster than the choice is one either of which is fine. ``limit``: a latency
+    than this share faster or slower than the choice is one either of which is fine. ``limit``: a latency
     target; only the candidates it keeps compete (all of them, said in the reason, when it keeps
     none)."""
     sample = sample_rates(
@@ -140,7 +140,10 @@ def recommend_draft_length(
         )
         for j, c in enumerate(sample.candidates)
     )
-    fine = [j for j in tied if -short_low[j] <= tolerance * sample.tokens_per_s[chosen]]
+    # Within the tolerance both ways: it can be neither more than the tolerance faster nor slower
+    # (one that may be far slower is not "either is fine", whoever runs it instead of the choice).
+    bound = tolerance * sample.tokens_per_s[chosen]
+    fine = [j for j in tied if -short_low[j] <= bound and short_high[j] <= bound]
     reason = _reason(sample, chosen, tied, fine, short_low, short_high, confidence, tolerance, kept)
     if limit is not None:
         if unmet:
