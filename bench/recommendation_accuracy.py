@@ -18,7 +18,8 @@ misses by more than 2% but whose recommendation names the truth's best among its
 is counted as "tied, best named"; so is a paste that runs one of the cell's leaders (the
 recommendation or a configuration named tied with it) while the truth's best is among them
 (where levels want different drafters and one spec config runs one drafter, the paste gives way
-at some level; among candidates the study cannot tell apart, that is a tie too). The last line:
+at some level; among candidates the study cannot tell apart, that is a tie too). Each scored pick
+more than 2% off gets a ``miss:`` line naming its profile, noise, seed and cell. The last line:
 
     worst regret (recommendation and snippet, every cell): X%; mean: Y%
 """
@@ -62,6 +63,7 @@ def main() -> None:
     )
     regrets: list[float] = []
     excused = 0
+    misses: list[str] = []
     for name in args.profiles.split(","):
         for noise in args.noise.split(","):
             extra = ("--start-variation", str(args.variation), "--drift", str(args.drift)) if noise == "on" else ()
@@ -74,12 +76,20 @@ def main() -> None:
                 runs.append((outcome, score(outcome, name, seed=seed, levels=levels)))
             for index, (workload, level) in enumerate((w, b) for w in WORKLOADS for b in levels):
                 cells = [cells[index] for _, cells in runs]
-                for cell in cells:
-                    for regret, named in ((cell.regret, cell.tied_best), (cell.snippet_regret, cell.snippet_tied_best)):
+                for seed, cell in enumerate(cells):
+                    for what, regret, named in (
+                        ("recommendation", cell.regret, cell.tied_best),
+                        ("paste", cell.snippet_regret, cell.snippet_tied_best),
+                    ):
                         if regret > MISS and named and noise == "on":
                             excused += 1  # the study said it could not tell its pick from the best
                         else:
                             regrets.append(regret)
+                            if regret > MISS:
+                                misses.append(
+                                    f"miss: {Path(name).stem} noise {noise} seed {seed} {workload} at {level}: the "
+                                    f"{what} is {100 * regret:.1f}% below the true best, {cell.best.short_label}"
+                                )
                 picks = " ".join(
                     c.pick.short_label.replace("probabilistic", "p").replace("greedy", "g") if c.pick else "-"
                     for c in cells
@@ -96,6 +106,8 @@ def main() -> None:
                 f"  {Path(name).stem} noise {noise}: restarts per study {statistics.median(restarts):.0f} median, "
                 f"{max(restarts)} most; studies that named tied leaders: {named}"
             )
+    for line in misses:  # scored picks more than 2% off: what to read in the kept studies
+        print(line)
     print(
         f"{len(regrets)} scored picks; {excused} misses with the noise on whose study named the true best among "
         f"its tied leaders; {time.monotonic() - started:.0f} s; studies kept in {folder} (bench/level_bias.py)"

@@ -304,6 +304,8 @@ class Run:
     specsweep_hindsight: int  # restarts until its pick was within 2% and stayed so
     grid: int  # hindsight reach of GridSampler (its full size when never)
     tpe: int
+    seed: int = 0
+    pick: str | None = None  # specsweep's final pick
 
 
 def run_case(case: Case, seed: int, args) -> Run:
@@ -317,6 +319,8 @@ def run_case(case: Case, seed: int, args) -> Run:
         specsweep_hindsight=oracle_reach(case, picks) or len(case.params),
         grid=g_reach if g_reach is not None else g_size,
         tpe=t_reach if t_reach is not None else t_total,
+        seed=seed,
+        pick=picks[-1] if picks else None,
     )
 
 
@@ -359,6 +363,14 @@ def main() -> None:
                 f"{statistics.median(r.tpe / r.specsweep for r in rows):6.2f}"
             )
     print("-" * len(header))
+    for case, run in runs:
+        if run.missed:
+            best_key = max(case.truth, key=lambda k: case.truth[k][case.concurrency])
+            regret = 1 - case.truth[run.pick][case.concurrency] / case.best_rate if run.pick else 1.0
+            print(
+                f"miss: {case.profile.name} {case.workload} seed {run.seed}: its pick {describe(run.pick)} is "
+                f"{100 * regret:.1f}% below the true best, {describe(best_key)}"
+            )
     all_runs = [r for _, r in runs]
     per_method = [r.specsweep / len(c.space.draft_sample_methods) for c, r in runs]
     print(

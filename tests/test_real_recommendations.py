@@ -63,8 +63,13 @@ def test_a_server_killed_mid_trial_fails_its_trial_and_nothing_unmeasured_is_pas
     search goes on below it, and the paste runs only what was measured."""
     argv = " ".join(shlex.quote(a) for a in real_engines.server_argv("PORT", ["SPEC"]))
     serve = argv.replace("PORT", "{port}").replace("SPEC", "{spec_args}")
-    # $$ is the shell, which exec turns into llama-server: the killer hits the server itself.
-    start = f"if [ {{num_speculative_tokens}} = 5 ]; then (sleep 6; kill -9 $$) & fi; exec {serve}"
+    # $$ is the shell, which exec turns into llama-server: the killer hits the server itself. It waits
+    # for the server to answer /health and half a second more, so the kill lands inside the trial on a
+    # fast machine too (a fixed delay after the start outlived the whole trial on one).
+    health = "import sys, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/health' % sys.argv[1], timeout=1)"
+    ready = f'python3 -c "{health}" {{port}}'
+    killer = f"(until {ready} 2>/dev/null; do sleep 0.2; done; sleep 0.5; kill -9 $$) &"
+    start = f"if [ {{num_speculative_tokens}} = 5 ]; then {killer} fi; exec {serve}"
     config = parse_study_config(llama_study("killed", start, [3, 5]))
     outcome = StudyRunner(config, study_paths(config, tmp_path)).run()
     trials = read_trials(outcome.study)

@@ -196,17 +196,36 @@ def test_no_repeat_is_spent_where_the_data_already_has_the_noise() -> None:
 
 
 def test_leaders_that_matter_are_measured_again_when_it_is_worth_it() -> None:
-    """Nine of the eleven configurations measured once under 4% run-to-run noise, which the
-    greedy/probabilistic pairs show: the leaders a few percent apart are worth a second start,
-    never more than two starts each, each repeat saying what it is expected to buy, and never more
-    starts than the grid's eleven."""
-    measured = [(0, "off")] + [(k, "probabilistic") for k in range(1, 6)] + [(k, "greedy") for k in (1, 3, 5)]
-    steps, decision = run_until_stop(measured, noise=0.04)
+    """Five configurations measured once under 8% run-to-run noise: the leaders are a few percent
+    apart and one line through four points cannot pin them, so a second start of a leader is worth
+    it, never more than two starts each, each repeat saying what it is expected to buy, never more
+    starts than the grid's eleven, and the pick ends within 2% of the truth's best."""
+    measured = [(0, "off")] + [(k, "probabilistic") for k in (1, 3, 5)] + [(5, "greedy")]
+    steps, decision = run_until_stop(measured, noise=0.08)
     again = [s for s in steps if s.repeat]
     assert again and all(" again: expected to buy" in s.reason for s in again), [s.reason for s in steps]
     assert decision.phase == "stop"
     starts = {c: measured.count(c) for c in set(measured)}
     assert max(starts.values()) <= 2 and len(measured) <= SPACE.size()
+    pick = decision.picks[("prose", 1)]
+    assert true_rate(pick.num_speculative_tokens, pick.drafter.draft_sample_method) >= 0.98 * true_rate(
+        *best_by_truth()
+    )
+
+
+def test_both_draft_samplings_on_one_line_need_no_repeat_at_four_percent() -> None:
+    """Nine of the eleven configurations measured once under 4% noise: both draft samplings share
+    one step-time line with one factor (they run the same passes), so every start informs each
+    leader and none is worth a second start; the pick is within 2% of the truth's best."""
+    measured = [(0, "off")] + [(k, "probabilistic") for k in range(1, 6)] + [(k, "greedy") for k in (1, 3, 5)]
+    steps, decision = run_until_stop(measured, noise=0.04)
+    assert decision.phase == "stop" and not any(s.repeat for s in steps), [s.reason for s in steps]
+    fits = decision.models["prose"].throughput
+    assert fits.fit_for(1, PROBABILISTIC).scaled_from == Drafter(method="dspark", draft_sample_method="greedy")
+    pick = decision.picks[("prose", 1)]
+    assert true_rate(pick.num_speculative_tokens, pick.drafter.draft_sample_method) >= 0.98 * true_rate(
+        *best_by_truth()
+    )
 
 
 def test_leaders_within_the_tolerance_are_never_separated() -> None:
@@ -230,17 +249,17 @@ def test_leaders_within_the_tolerance_are_never_separated() -> None:
 def test_a_configuration_that_failed_in_this_run_is_never_measured_again() -> None:
     """A repeat or a tie to separate whose server start failed (a crash, a lost node) is not chosen
     again in the run: the study loop turns such a trial away, and choosing it again looped forever."""
-    measured = [(0, "off")] + [(k, "probabilistic") for k in range(1, 6)] + [(k, "greedy") for k in (1, 3, 5)]
-    steps, _ = run_until_stop(list(measured), noise=0.04)
+    measured = [(0, "off")] + [(k, "probabilistic") for k in (1, 3, 5)] + [(5, "greedy")]
+    steps, _ = run_until_stop(list(measured), noise=0.08)
     again = next(s for s in steps if s.repeat)
     failed = {again.key}
-    trials = trials_for(*measured, noise=0.04)
+    trials = trials_for(*measured, noise=0.08)
     for _ in range(6):
         decision = decide(trials, exclude=failed)
         if decision.params is None:
             break
         assert decision.key not in failed, decision.reason
-        trials.append(make_trial(len(trials), *chosen(decision), noise=0.04))
+        trials.append(make_trial(len(trials), *chosen(decision), noise=0.08))
     else:
         raise AssertionError("the search did not stop")
 

@@ -145,6 +145,47 @@ def test_a_line_its_points_fit_is_the_estimate_at_a_measured_k_too():
     assert abs(t3 / true_step_time_s(3, 1) - 1) < 0.005  # the point alone is 1% off
 
 
+def test_both_draft_samplings_share_one_line_so_one_unlucky_start_is_pooled_away():
+    """Greedy drafting at k = 1..5 and probabilistic at k = 1..4, every probabilistic step 3%
+    dearer (the same draft and verify passes), starts about 4% apart, and the one start of
+    probabilistic k = 2 unlucky (25% slow). With the run-to-run noise known, the two draft
+    samplings fit one line with one factor: probabilistic k = 2 is read from all nine starts (its
+    own luck shares the factor with three others), not from its own one alone."""
+    greedy = Drafter(method="dspark", draft_sample_method="greedy")
+    luck = {("greedy", 1): 1.04, ("greedy", 2): 0.97, ("greedy", 3): 1.02, ("greedy", 4): 0.96, ("greedy", 5): 1.03,
+            ("probabilistic", 1): 0.99, ("probabilistic", 2): 1.25, ("probabilistic", 3): 1.0,
+            ("probabilistic", 4): 1.01}  # fmt: skip
+    observations = [observe(0, 1)]
+    for (method, k), factor in luck.items():
+        row = observe(k, 1)
+        truth = 1.03 if method == "probabilistic" else 1.0
+        observations.append(
+            ThroughputObservation(
+                **{**asdict(row), "drafter": Drafter(method="dspark", draft_sample_method=method),
+                   "output_tokens_per_s": row.output_tokens_per_s / (truth * factor)}
+            )
+        )  # fmt: skip
+    model = fit_throughput_model(observations, run_noise=(0.08, 6))
+    stochastic = model.fit_for(1, DSPARK)
+    assert stochastic.scaled_from == greedy and stochastic.line_fits and "both draft samplings" in stochastic.basis
+    t2, source = stochastic.step_time_s(2)
+    assert source == "measured"
+    assert abs(t2 / (1.03 * true_step_time_s(2, 1)) - 1) < 0.08  # its own start alone is 25% off
+    # without the known noise (no test of the line) each keeps its points: the unlucky one stands
+    alone = fit_throughput_model(observations).fit_for(1, DSPARK)
+    assert alone.scaled_from is None
+    assert alone.step_time_s(2)[0] == pytest.approx(1.25 * 1.03 * true_step_time_s(2, 1))
+    # the paired draws keep the factor: probabilistic k = 2 is its factor dearer than greedy k = 2,
+    # draw by draw, up to the factor's own uncertainty (8% noise over four starts: 4%)
+    sample = sample_rates(model, {greedy: S, DSPARK: S}, concurrency=1, k_max=5, draws=200, seed=3)
+    g2 = sample.candidates.index(Candidate(drafter=greedy, num_speculative_tokens=2))
+    p2 = sample.candidates.index(Candidate(drafter=DSPARK, num_speculative_tokens=2))
+    ratio = sample.draws[:, g2] / sample.draws[:, p2]
+    assert 1.0 < stochastic.sibling_factor < 1.03 * 1.1
+    assert np.median(ratio) == pytest.approx(stochastic.sibling_factor, rel=0.01)
+    assert np.std(np.log(ratio)) == pytest.approx(0.04, rel=0.25)
+
+
 def test_one_draft_length_falls_back_to_a_wide_band():
     observations = [observe(0, 1), observe(0, 1), observe(5, 1)]
     model = fit_throughput_model(observations)

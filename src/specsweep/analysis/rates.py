@@ -136,10 +136,19 @@ def _step_draws(
     own draws, scaled to its anchor, so the two differ by one factor per draw, as they do."""
     out: dict[Drafter, dict[int, np.ndarray]] = {}
     shares: dict[str, np.ndarray] = {}
-    for drafter in sorted(fits, key=lambda d: (fits[d].shaped_like is not None, d)):
+    for drafter in sorted(fits, key=lambda d: (fits[d].shaped_like is not None or fits[d].scaled_from is not None, d)):
         fit = fits[drafter]
         top = arrays[drafter][0].size if k_max is None else min(k_max, arrays[drafter][0].size)
         ks = list(range(1, max(top, *(p.num_speculative_tokens for p in fit.points)) + 1))
+        pooled_with = out.get(fit.scaled_from) if fit.scaled_from is not None else None
+        if pooled_with is not None:
+            # one line through both draft samplings: the other's draws times the factor between them
+            factor = fit.sibling_factor * np.exp(fit.sibling_factor_sd * rng.standard_normal(draws))
+            out[drafter] = {
+                k: pooled_with[k] * factor if k in pooled_with else fit.step_time_s(k)[0] * factor / fit.sibling_factor
+                for k in ks
+            }
+            continue
         sibling = out.get(fit.shaped_like) if fit.shaped_like is not None else None
         anchor = fit.points[0]
         if sibling is not None and anchor.num_speculative_tokens in sibling:

@@ -19,6 +19,8 @@ Step time per (B, drafter), measured points first:
   the same B (all drafting cost charged per position, a cautious guess) or, without one, half
   the measured T per position; draws spread it uniformly between flat and twice that. The band
   is wide and says so.
+- with the run-to-run noise known, greedy and probabilistic drafting of one method share one line
+  with one factor between them where their points fit it (``_joint_lines``).
 
 Rates for any k from these fits with acceptance draws: analysis/rates.py.
 """
@@ -120,6 +122,11 @@ class StepTimeFit:
     # The same test failed: the measured means are off the line by more than the run-to-run noise.
     misfit: bool = False
     shaped_like: Drafter | None = None  # measured at one draft length, shaped like this sibling's line
+    # One line for both draft samplings of a method: this drafter's steps are ``sibling_factor``
+    # (relative sd ``sibling_factor_sd``) times those of ``scaled_from``, whose line pools both.
+    scaled_from: Drafter | None = None
+    sibling_factor: float = 1.0
+    sibling_factor_sd: float = 0.0
 
     def step_time_s(self, k: int) -> tuple[float, str]:
         """Point T(k) and where it came from ("measured": k was measured, or "line")."""
@@ -194,7 +201,11 @@ def fit_throughput_model(
     # Lines through two or more draft lengths first: a drafter measured at one draft length takes
     # the shape of its sibling's (the same method, the other draft sampling) where it has one.
     lines: dict[tuple[int, Drafter | None], StepTimeFit] = {}
+    if run_noise is not None:
+        lines.update(_joint_lines(points, pooled, pooled_df))
     for (concurrency, drafter), pts in order:
+        if (concurrency, drafter) in lines:
+            continue
         if drafter is None or len({p.num_speculative_tokens for p, _, _ in pts}) >= 2:
             off_points = points.get((concurrency, None)) if drafter is not None else None
             lines[(concurrency, drafter)] = _fit_line(
@@ -341,6 +352,89 @@ def _fit_line(
     return _record(concurrency, drafter, points, t1 - slope * k1, slope, covariance, pooled, pooled_df, basis, True)
 
 
+def _joint_lines(
+    points: Mapping[tuple[int, Drafter | None], list[tuple[StepTimePoint, np.ndarray, np.ndarray]]],
+    pooled: float,
+    pooled_df: int,
+) -> dict[tuple[int, Drafter | None], StepTimeFit]:
+    """One line per (concurrency, method) through both draft samplings, where both were measured
+    at a common draft length and the pooled points fit it within the run-to-run noise.
+
+    Greedy and probabilistic drafting run the same draft and verify passes; sampling the drafts
+    stochastically costs the same share of every step, so T_p(k) = c T_g(k) with one factor c per
+    level (the assumption analysis/noise.py reads sibling pairs by). c is the weighted mean log
+    ratio at the draft lengths both measured; the probabilistic points divided by it join the
+    greedy ones in one line, so each start informs every draft length of both, and one unlucky
+    start no longer decides a configuration on its own. Where the pooled points misfit (their
+    chi-square above the 95th percentile, K - 3 degrees of freedom: the line and the factor),
+    each drafter keeps its own fit."""
+    out: dict[tuple[int, Drafter | None], StepTimeFit] = {}
+    for (concurrency, greedy), g_pts in points.items():
+        if greedy is None or greedy.draft_sample_method != "greedy":
+            continue
+        stochastic = Drafter(method=greedy.method, draft_sample_method="probabilistic")
+        p_pts = points.get((concurrency, stochastic))
+        if not p_pts:
+            continue
+        g_at = {p.num_speculative_tokens: p for p, _, _ in g_pts}
+        shared = [(g_at[p.num_speculative_tokens], p) for p, _, _ in p_pts if p.num_speculative_tokens in g_at]
+        if not shared:
+            continue
+        if len({p.num_speculative_tokens for p, _, _ in [*g_pts, *p_pts]}) < 3:
+            continue
+        # A start from the log ratios where both were measured, then the factor and the line in turn:
+        # the factor is the probabilistic points' mean log ratio to the line that the greedy and the
+        # scaled probabilistic points fit (a fixed point in a few rounds).
+        weights = [1 / (1 / g.observations + 1 / p.observations) for g, p in shared]
+        log_c = sum(w * math.log(p.step_time_s / g.step_time_s) for w, (g, p) in zip(weights, shared, strict=True))
+        log_c /= sum(weights)
+        starts_p = sum(p.observations for p, _, _ in p_pts)
+        for _ in range(20):
+            coef, _, _, _ = _wls(*_stack(_scaled_join(g_pts, p_pts, math.exp(log_c))))
+            lines_at = [(p, coef[0] + coef[1] * p.num_speculative_tokens) for p, _, _ in p_pts]
+            if min(line for _, line in lines_at) <= 0:
+                break
+            updated = sum(p.observations * math.log(p.step_time_s / line) for p, line in lines_at) / starts_p
+            converged = abs(updated - log_c) < 1e-9
+            log_c = updated
+            if converged:
+                break
+        factor, factor_sd = math.exp(log_c), pooled / math.sqrt(starts_p)
+        joint = _scaled_join(g_pts, p_pts, factor)
+        coef, inverse, residual, own_df = _wls(*_stack(joint))
+        if not _line_fits([p for p, _, _ in joint], coef, pooled, extra_parameters=1):
+            continue
+        sd = max(math.sqrt(residual / (own_df - 1)), pooled) if own_df > 1 else pooled
+        starts = sum(p.observations for p, _, _ in joint)
+        basis = (
+            f"one line through both draft samplings of {greedy.method} ({len(joint)} points, {starts} starts; "
+            f"probabilistic steps x{factor:.3f}): it fits them, so it is used at each k"
+        )
+        g_fit = _record(
+            concurrency, greedy, tuple(p for p, _, _ in g_pts), coef[0], coef[1], inverse * sd**2, sd, pooled_df,
+            basis, False, True,
+        )  # fmt: skip
+        p_fit = _record(
+            concurrency, stochastic, tuple(p for p, _, _ in p_pts), coef[0] * factor, coef[1] * factor,
+            inverse * (sd * factor) ** 2, sd, pooled_df, basis, False, True,
+        )  # fmt: skip
+        out[(concurrency, greedy)] = g_fit
+        out[(concurrency, stochastic)] = replace(
+            p_fit, scaled_from=greedy, sibling_factor=factor, sibling_factor_sd=factor_sd
+        )
+    return out
+
+
+def _scaled_join(
+    greedy: list[tuple[StepTimePoint, np.ndarray, np.ndarray]],
+    stochastic: list[tuple[StepTimePoint, np.ndarray, np.ndarray]],
+    factor: float,
+) -> list[tuple[StepTimePoint, np.ndarray, np.ndarray]]:
+    """The greedy points and the probabilistic ones divided by ``factor``: one drafter's points."""
+    scaled = [(replace(p, step_time_s=p.step_time_s / factor), times / factor, w) for p, times, w in stochastic]
+    return [*greedy, *scaled]
+
+
 def _shaped_like(
     sibling: StepTimeFit, drafter: Drafter | None, anchor: StepTimePoint, pooled: float, pooled_df: int
 ) -> StepTimeFit:
@@ -368,11 +462,13 @@ def _shaped_like(
     return replace(fit, shaped_like=sibling.drafter)
 
 
-def _line_fits(points: Sequence[StepTimePoint], coef: np.ndarray, noise: float) -> bool:
+def _line_fits(points: Sequence[StepTimePoint], coef: np.ndarray, noise: float, *, extra_parameters: int = 0) -> bool:
     """Whether the measured means at three or more draft lengths agree with the line within the run-
     to-run noise (lack of fit: the chi-square of their relative misses, each over noise / sqrt(starts),
-    below its 95th percentile with K - 2 degrees of freedom)."""
-    if len(points) < 3 or noise <= 0:
+    below its 95th percentile with K - 2 degrees of freedom, fewer by ``extra_parameters`` fitted
+    besides the line)."""
+    df = len(points) - 2 - extra_parameters
+    if len(points) < 3 or df < 1 or noise <= 0:
         return False
     chi2 = 0.0
     for p in points:
@@ -380,7 +476,7 @@ def _line_fits(points: Sequence[StepTimePoint], coef: np.ndarray, noise: float) 
         if line <= 0:
             return False
         chi2 += p.observations * ((p.step_time_s - line) / line / noise) ** 2
-    return bool(chi2 <= float(stats.chi2.ppf(LINE_FIT_LEVEL, len(points) - 2)))
+    return bool(chi2 <= float(stats.chi2.ppf(LINE_FIT_LEVEL, df)))
 
 
 def _record(
