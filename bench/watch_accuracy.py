@@ -6,8 +6,9 @@
 Per bundled profile and seed: the emulator serves the bundled day-night schedule itself (four
 windows of 15 modelled minutes: prose-heavy at 1 and 3 streams, technical-heavy at 4 and 1) at
 the profile's "today" draft length; watch's live poll (runtime/poll.py, the code path of
-``watch --endpoint``) reads /metrics every --interval wall seconds for one modelled hour, and
-the windows are analysed as ``watch --window 15m`` does, aligned with the schedule's windows.
+``watch --endpoint``) reads /metrics every --interval wall seconds for one modelled hour, stamping
+each read on the emulator's modelled clock, and the windows are analysed as ``watch --window 15m``
+does, aligned with the schedule's windows.
 
 ``--rig exact`` (the default) uses the emulator model's own step times (tests/builders.exact_rig),
 so what is measured is watch's estimation from counters and gauge samples, not a rig's
@@ -112,15 +113,14 @@ def run_once(
         url = f"http://127.0.0.1:{port}"
         server.wait_ready(url + "/health", timeout_s=60)
         started = httpx.get(url + "/version", timeout=10).json()["emulator"]["traffic"]["started_at"]
-        end = started + schedule.period_s / time_scale
+        wall_end = started + schedule.period_s / time_scale
         names = series_names(engine_info("emulator"))
         snapshots = []
 
         def keep(event) -> bool:
-            if isinstance(event, PollMissed):
-                return time.time() > end + interval_s
-            snapshots.append(event)
-            return event.taken_at > end + interval_s
+            if not isinstance(event, PollMissed):
+                snapshots.append(event)
+            return time.time() > wall_end + interval_s
 
         poll_metrics(url, interval_s=interval_s, wanted=lambda _s: [*names.wanted(), TRUTH_COUNTER], on_snapshot=keep)
     finally:
@@ -132,9 +132,15 @@ def run_once(
         rig = exact_rig(profile_name, method, k_max=K_MAX, fields=FIELDS.get(profile_name))
     settings = WatchSettings(
         names=names, engine="emulator", rig=rig, drafter=rig.drafters[0], running_config=running,
-        window_s=900 / time_scale, time_scale=time_scale, seed=seed,
+        window_s=900, clock="modelled", seed=seed,
     )  # fmt: skip
-    report = analyse_windows(intervals_from_snapshots(snapshots, names), settings, start=started, end=end)
+    # the poll's stamps are on the emulator's modelled clock, which reads the first read's unix time
+    # (runtime/poll.py): the schedule's start and end on it
+    origin = snapshots[0].taken_at
+    start = origin + (started - origin) * time_scale
+    report = analyse_windows(
+        intervals_from_snapshots(snapshots, names), settings, start=start, end=start + schedule.period_s
+    )
     profile = load_profile(profile_name)
     rows = []
     for window, row in zip(schedule.window, report.windows, strict=True):

@@ -97,15 +97,9 @@ def test_a_study_stored_before_the_clock_was_undone_reads_in_the_rig_units() -> 
     assert stored_in_modelled_time(stored(time_scale=1.0), ServerClock())["levels"][0]["output_tokens_per_s"] == 200
 
 
-# Watch still divides its observed rate by the emulator's scale in its own modules: its windows are
-# spans of wall clock the user and Prometheus choose, so undoing the clock there changes what a
-# window is (see docs/emulator.md). Everything a measurement gives is undone in runtime/.
-WATCH_MODULES = {"watch/windows.py", "watch/report.py", "cli/watch.py"}
-
-
 def test_the_time_scale_is_named_only_where_the_emulator_is_run_or_its_clock_undone() -> None:
     allowed_dirs = {"runtime", "emulator"}
-    allowed_files = {"config.py", "cli/emulate.py"} | WATCH_MODULES
+    allowed_files = {"config.py", "cli/emulate.py"}
     named = []
     for path in SRC.rglob("*.py"):
         relative = path.relative_to(SRC)

@@ -118,13 +118,18 @@ def test_watch_reads_prometheus_and_recommends_the_truth_per_window(rig_path, tm
         time.sleep(max(0.0, end + 1.0 - time.time()))
         result = specsweep(
             "watch", "--prometheus", url, "--selector", '{job="emulator"}', "--start", str(started),
-            "--end", str(end), "--endpoint", server["url"], "--step", "0.25s", "--window", "6s", "--rig",
+            "--end", str(end), "--endpoint", server["url"], "--step", "0.25s", "--window", "10m", "--rig",
             str(rig_path), "--json", "--report", str(tmp_path / "report"), cwd=tmp_path,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         lines = [json.loads(line) for line in result.stdout.splitlines()]
         windows = [line for line in lines if line["kind"] == "window"]
-        served = [served_mix_from_prometheus(url, row["start"], row["end"]) for row in windows]
+        # with --endpoint on the emulator, watch's windows run on its modelled clock from --start on
+        assert lines[-1]["clock"] == "modelled"
+        wall = [
+            (started + (row["start"] - started) / SCALE, started + (row["end"] - started) / SCALE) for row in windows
+        ]
+        served = [served_mix_from_prometheus(url, lo, hi) for lo, hi in wall]
     assert len(windows) == 2 and lines[-1]["kind"] == "span"
     profile = load_profile(PROFILE)
     for row, window, mix in zip(windows, schedule.window[1:], served, strict=True):
@@ -169,7 +174,7 @@ def test_two_servers_under_one_selector_are_summed_and_each_is_a_batch(rig_path,
         time.sleep(max(0.0, end + 1.0 - time.time()))
         result = specsweep(
             "watch", "--prometheus", url, "--selector", '{job="emulator"}', "--start", str(begin), "--end", str(end),
-            "--endpoint", servers[0]["url"], "--step", "0.25s", "--window", "10s", "--rig", str(rig_path), "--json",
+            "--endpoint", servers[0]["url"], "--step", "0.25s", "--window", "1000s", "--rig", str(rig_path), "--json",
             cwd=tmp_path,
         )  # fmt: skip
         totals = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 Event = TypeVar("Event")
 
@@ -13,6 +13,10 @@ Event = TypeVar("Event")
 # union (runtime.measure.MeasureEvent, tuning.events.StudyEvent); a callback receives them one at a
 # time, as EventCallback[MeasureEvent] or EventCallback[StudyEvent].
 EventCallback = Callable[[Event], None]
+
+# What a measurement's times and rates are: the emulator's modelled hardware (runtime/modelled_time.py)
+# or the server's own wall clock.
+ClockName = Literal["modelled", "wall clock"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -38,7 +38,7 @@ from specsweep.tuning.events import (
 from specsweep.tuning.plan import StudyPlan
 from specsweep.tuning.stored import pick_best
 from specsweep.tuning.study_time import StudyTime
-from specsweep.types import MeasuredConfig, StudySettings
+from specsweep.types import ClockName, MeasuredConfig, StudySettings
 from specsweep.watch.report import summary_lines, window_lines
 from specsweep.watch.windows import WatchReport
 
@@ -209,7 +209,7 @@ def print_measurement(out: Console, result: Measurement) -> None:
         _print_level(out, level, clock=clock)
 
 
-def _print_level(out: Console, level: LevelResult, *, clock: str = "wall clock") -> None:
+def _print_level(out: Console, level: LevelResult, *, clock: ClockName = "wall clock") -> None:
     m = level.summary
     label = "single stream" if m.concurrency == 1 else f"{m.concurrency} concurrent"
     out.print(f"\n[bold]{label}[/bold]  ({m.requests} requests, {m.errors} failed, {m.wall_s:.1f} s)")

@@ -22,6 +22,7 @@ from specsweep.report.snippets import FORMATS, snippet_format_for
 from specsweep.rigs.file import check_server_against_rig, load_rig
 from specsweep.runtime.client import api_key_from_env
 from specsweep.runtime.identity import read_server_identity
+from specsweep.runtime.modelled_time import ServerClock
 from specsweep.runtime.poll import poll_metrics
 from specsweep.watch.engines import (
     check_model_labels,
@@ -80,7 +81,9 @@ def watch(
     server_args: str = typer.Option(None, help="The server's command line, to check against the rig's flags."),
     engine: str = typer.Option(None, help="vllm, llama.cpp or sglang (default: detected from the metric names)."),
     interval: str = typer.Option("10s", callback=check_duration, help="Live: seconds between reads of /metrics."),
-    window: str = typer.Option(None, callback=check_duration, help="Length of each window (default: 1h)."),
+    window: str = typer.Option(
+        None, callback=check_duration, help="Length of each window (default: 1h; on the emulator: modelled time)."
+    ),
     duration: str = typer.Option(
         None, callback=check_duration, help="Live: stop after this long (default: at Ctrl-C)."
     ),
@@ -127,11 +130,11 @@ def watch(
         if not isinstance(raw, dict):
             raise ConfigError("--running-config must be a JSON object, as --speculative-config takes.")
     window_s = seconds_of(window, flag="--window") if window else 3600.0
-    time_scale = 1.0
+    clock = ServerClock()
     unchecked: tuple[str, ...] = ()
     if endpoint is not None:
         identity = read_server_identity(endpoint, engine)
-        time_scale = identity.time_scale
+        clock = identity.clock
         if loaded is not None:
             unchecked = check_server_against_rig(
                 loaded, identity, server_args=shlex.split(server_args) if server_args else None
@@ -146,7 +149,7 @@ def watch(
         most = max_num_seqs or (max_num_seqs_flag(loaded.identity.server_args or ()) if loaded else None)
         return WatchSettings(
             names=series_names(info), engine=info.name, per_batch_size_tables=info.per_batch_size_tables,
-            rig=loaded, drafter=chosen, running_config=spec, window_s=window_s, time_scale=time_scale,
+            rig=loaded, drafter=chosen, running_config=spec, window_s=window_s, clock=clock.name,
             max_num_seqs=most, seed=seed,
         )  # fmt: skip
 
@@ -162,7 +165,10 @@ def watch(
         if loaded is not None:
             check_model_labels(loaded, snapshots, info)
         settings = settings_for(info)
-        result = analyse_windows(intervals_from_snapshots(snapshots, settings.names), settings, start=begin, end=stop)
+        # on the emulator (known from --endpoint) the range runs on its modelled clock from --start on
+        snapshots = [clock.anchored_snapshot(begin, snapshot) for snapshot in snapshots]
+        intervals = intervals_from_snapshots(snapshots, settings.names)
+        result = analyse_windows(intervals, settings, start=begin, end=clock.anchored(begin, stop))
         chosen_format = fmt or snippet_format_for(info.name)
         if json_lines:
             for item in result.windows:

@@ -20,7 +20,7 @@ from specsweep.runtime.client import AUTH_REFUSED, StreamingClient, auth_refused
 from specsweep.runtime.driver import PromptCycle, run_closed_loop, run_open_loop
 from specsweep.runtime.modelled_time import ServerClock, read_clock
 from specsweep.runtime.scraper import scrape_metrics
-from specsweep.types import EventCallback, MetricsSnapshot, RequestRecord
+from specsweep.types import ClockName, EventCallback, MetricsSnapshot, RequestRecord
 from specsweep.workload import Workload
 
 WARMUP_MAX_TOKENS = 64
@@ -108,7 +108,7 @@ class Measurement:
     error: str | None = None  # why the measurement stopped early, if it did
     # "modelled": the server is the emulator, and every time and rate here (request records
     # included) is in its modelled hardware's units (runtime/modelled_time.py); else "wall clock"
-    clock: str = "wall clock"
+    clock: ClockName = "wall clock"
     notes: tuple[str, ...] = ()  # what the reader must know of the whole measurement
 
 

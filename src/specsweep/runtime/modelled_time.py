@@ -4,7 +4,9 @@ The emulator runs its modelled hardware ``time_scale`` times faster than the har
 (its ``/version`` says by how much). Every time the client takes on such a server (request
 stamps, a level's window, the scrapes of /metrics, a warm-up) is multiplied by the scale here,
 before anything is summarised, so every rate and duration above ``runtime/`` is in the rig's
-units. On any other server the scale is 1 and nothing changes.
+units. Watch's reads of /metrics (runtime/poll.py) are stamped on a modelled clock anchored at
+its first read, so its windows are spans of the modelled hardware's time too. On any other
+server the scale is 1 and nothing changes.
 """
 
 from __future__ import annotations
@@ -15,15 +17,15 @@ from typing import Any
 import httpx
 
 from specsweep.runtime.driver import LevelRun
-from specsweep.types import MetricsSnapshot, RequestRecord
+from specsweep.types import ClockName, MetricsSnapshot, RequestRecord
 
 # The fastest time scale at which the gaps between streamed chunks are the modelled steps: faster,
 # a step is under a few milliseconds of wall clock and consecutive steps arrive together (at 100,
 # half the gaps read 0), so ITL is not kept.
 ITL_TIME_SCALE_LIMIT = 10.0
 
-MODELLED = "modelled"
-WALL_CLOCK = "wall clock"
+MODELLED: ClockName = "modelled"
+WALL_CLOCK: ClockName = "wall clock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +35,7 @@ class ServerClock:
     time_scale: float = 1.0
 
     @property
-    def name(self) -> str:
+    def name(self) -> ClockName:
         """What a measurement's times are: "modelled" (the emulator's hardware) or "wall clock"."""
         return WALL_CLOCK if self.time_scale == 1.0 else MODELLED
 
@@ -99,6 +101,16 @@ class ServerClock:
             saturated_from=at(run.saturated_from),
             saturated_until=at(run.saturated_until),
         )
+
+    def anchored(self, origin: float, wall: float) -> float:
+        """A unix time on the modelled clock that reads ``origin`` at ``origin`` and runs at the modelled
+        hardware's pace after it: watch's windows and printed times, from its first read on."""
+        return origin + (wall - origin) * self.time_scale
+
+    def anchored_snapshot(self, origin: float, snapshot: MetricsSnapshot) -> MetricsSnapshot:
+        if self.time_scale == 1.0:
+            return snapshot
+        return MetricsSnapshot(taken_at=self.anchored(origin, snapshot.taken_at), samples=snapshot.samples)
 
     def snapshot(self, snapshot: MetricsSnapshot | None) -> MetricsSnapshot | None:
         """A scrape stamped in modelled seconds (so counter rates read in the rig's units)."""

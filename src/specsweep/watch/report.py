@@ -1,7 +1,7 @@
 """What ``specsweep watch`` says: the lines the terminal and the report share, its JSON, and the
 report document (markdown, HTML, JSON and figures, as a study's report has them).
 
-Rates are in the rig's units: on the emulator its time scale is undone.
+Rates are in the rig's units: on the emulator the snapshots are on its modelled clock (runtime/poll.py).
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def watch_json(report: WatchReport, fmt: str) -> dict[str, Any]:
     return {
         "engine": report.engine,
         "drafter": None if report.drafter is None else report.drafter.label,
-        "time_scale": report.time_scale,
+        "clock": report.clock,
         "windows": [window_json(w, fmt) for w in report.windows],
         "span": window_json(report.overall, fmt),
         "changes": list(report.changes),
@@ -208,13 +208,12 @@ def interval_json(interval: Interval, report: WatchReport | None, fmt: str) -> d
         (v for n, v in interval.growth.items() if n.endswith(("generation_tokens_total", "tokens_predicted_total"))),
         None,
     )
-    scale = report.time_scale if report is not None else 1.0
     out: dict[str, Any] = finite_json(
         {
             "kind": "interval",
             "start": interval.start,
             "end": interval.end,
-            "generation_tokens_per_s": None if gen is None else gen / interval.duration_s / scale,
+            "generation_tokens_per_s": None if gen is None else gen / interval.duration_s,
             "growth": interval.growth,
             "accepted_per_position": list(interval.per_position),
             "gauges": {name: list(values) for name, values in interval.gauges.items()},

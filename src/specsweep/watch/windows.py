@@ -18,7 +18,7 @@ from specsweep.analysis.series import Interval, SeriesNames
 from specsweep.analysis.snippet_plan import UNKNOWN_MAX_NUM_SEQS
 from specsweep.errors import FitError
 from specsweep.rigs.model import Rig
-from specsweep.types import BatchSizeRange, SpeculativeConfig
+from specsweep.types import BatchSizeRange, ClockName, SpeculativeConfig
 from specsweep.watch.prediction import (
     TrafficPrediction,
     TrafficRecommendation,
@@ -45,7 +45,7 @@ class WatchSettings:
     drafter: Drafter | None = None  # the rig's drafter the server runs (None: no rig)
     running_config: SpeculativeConfig | None = None  # --running-config
     window_s: float = 3600.0
-    time_scale: float = 1.0  # the emulator's: its rates are this many times the modelled hardware's
+    clock: ClockName = "wall clock"  # "modelled": the snapshots are on the emulator's modelled clock (runtime/poll.py)
     max_num_seqs: int | None = None  # the server's, for a table's last row (None: not known)
     draws: int = 400
     seed: int = 0
@@ -77,16 +77,19 @@ class WatchReport:
     windows: tuple[WindowReport, ...]
     overall: WindowReport
     changes: tuple[str, ...]
-    time_scale: float
+    clock: ClockName  # as WatchSettings.clock
     rig: Rig | None
     notes: tuple[str, ...] = ()
 
     @property
     def rates_note(self) -> str | None:
-        """What the rates are, where they are not the server's wall clock (the emulator's)."""
-        if self.time_scale == 1.0:
+        """What the rates and windows are, where they are not the server's wall clock (the emulator's)."""
+        if self.clock == "wall clock":
             return None
-        return f"rates in the modelled hardware's units (the emulator runs {self.time_scale:g} times faster; undone)"
+        return (
+            "rates and windows on the modelled hardware's clock (the emulator runs faster; its clock is undone "
+            "as /metrics is read, from the first read on)"
+        )
 
 
 def analyse_windows(
@@ -122,7 +125,7 @@ def analyse_windows(
         windows=tuple(reports),
         overall=overall,
         changes=describe_changes(reports),
-        time_scale=settings.time_scale,
+        clock=settings.clock,
         rig=settings.rig,
         notes=_span_notes(windows, settings),
     )
@@ -139,7 +142,6 @@ def window_report(
     sometimes = rig is not None and drafter is not None and _drafts_sometimes(rig, drafter)
     notes = list(window.notes)
     observed = window.generation_tokens_per_s
-    observed = None if observed is None else observed / settings.time_scale
     try:
         acceptance = window_acceptance(
             window, names, k_max=k_max, running_k=_configured_k(settings), every_step=sometimes, seed=settings.seed
