@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -113,6 +114,22 @@ def test_a_port_already_in_use_fails_the_trial_and_leaves_the_other_server_alone
     assert emulator_processes(f"--seed {seed}") == []
     done = run_study(tmp_path, study_data(seed), resume=True)
     assert {t.user_attrs["key"] for t in done.trials if t.state == COMPLETE} == {"off", K2}
+
+
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+@pytest.mark.skipif(not EPHEMERAL.exists(), reason="the kernel's ephemeral port range is known on Linux only")
+def test_a_chosen_port_is_outside_the_range_outgoing_connections_take_their_ports_from() -> None:
+    """Between choosing a server's port and the server binding it (minutes for a large model), an
+    outgoing connection must not be able to take the port as its own local one."""
+    low, high = (int(v) for v in EPHEMERAL.read_text().split())
+    ports = {free_port() for _ in range(20)}
+    assert all(port < low or port > high for port in ports), sorted(ports)
+    assert len(ports) > 1  # chosen at random, so two starts at once rarely try the same one
+    with socket.socket() as taken:  # and free: a bound port is not handed out
+        taken.bind(("127.0.0.1", 0))
+        assert taken.getsockname()[1] not in {free_port() for _ in range(20)}
 
 
 # -- the tool itself stopped mid-trial ---------------------------------------------------------

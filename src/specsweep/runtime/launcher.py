@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import re
 import signal
 import socket
@@ -29,12 +30,34 @@ import httpx
 from specsweep.config import EmulatorServer
 from specsweep.errors import LaunchError, ReadyTimeoutError, ServerCrashedError
 
+# Where free ports are looked for when the kernel's ephemeral range is known: below it, so no
+# outgoing connection (a health poll, a scrape) can take the port as its own local port in the
+# minutes between choosing it and the server binding it.
+_LISTEN_PORTS_FROM = 20000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port that is free right now on ``host``, outside the kernel's ephemeral range where
+    that range is known (Linux), else one the kernel picks."""
+    for port in _ports_to_try():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise LaunchError(f"no free TCP port on {host}; set the server's port in the study file")
+
+
+def _ports_to_try() -> list[int]:
+    try:
+        low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    if low - _LISTEN_PORTS_FROM < 1000:
+        return [0]
+    return [*random.sample(range(_LISTEN_PORTS_FROM, low), 200), 0]
 
 
 _ERROR_LINE = re.compile(r"\b[\w.]*(?:Error|Exception): .+")
