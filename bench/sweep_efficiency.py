@@ -164,7 +164,7 @@ def simulate(
         levels[level] = LevelFigures(
             concurrency=level,
             output_tokens_per_s=row["output_tokens_per_s"],
-            wall_clock_output_tokens_per_s=row["output_tokens_per_s"],
+            whole_level_output_tokens_per_s=row["output_tokens_per_s"],
             decode_tokens_per_s_p50=None,
             ttft_p95_s=None,
             errors=0,

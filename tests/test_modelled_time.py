@@ -16,6 +16,7 @@ from specsweep.runtime.modelled_time import (
     clock_from_version,
     stored_in_modelled_time,
 )
+from specsweep.tuning.records import results_from_stored, results_to_stored
 from specsweep.types import MetricsSnapshot, RequestRecord
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "specsweep"
@@ -95,6 +96,17 @@ def test_a_study_stored_before_the_clock_was_undone_reads_in_the_rig_units() -> 
     new = stored(clock="modelled")
     assert stored_in_modelled_time(new, clock) is new
     assert stored_in_modelled_time(stored(time_scale=1.0), ServerClock())["levels"][0]["output_tokens_per_s"] == 200
+
+
+def test_a_trial_file_keeps_the_whole_levels_rate_under_its_own_name_and_reads_the_old_one() -> None:
+    """The whole level's rate was stored as "wall_clock_output_tokens_per_s", which said a clock it
+    is not on (it is modelled on the emulator): files of either name read the same."""
+    figures = {"output_tokens_per_s": 210.0, "errors": 0, "requests": 4}
+    old = results_from_stored({"prose": {"1": {**figures, "wall_clock_output_tokens_per_s": 200.0}}})
+    assert old["prose"][1].whole_level_output_tokens_per_s == 200.0
+    stored_now = results_to_stored(old)
+    assert "wall_clock_output_tokens_per_s" not in stored_now["prose"]["1"]
+    assert results_from_stored(stored_now) == old
 
 
 def test_the_time_scale_is_named_only_where_the_emulator_is_run_or_its_clock_undone() -> None:

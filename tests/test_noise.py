@@ -30,7 +30,7 @@ def measured(trial: int, k: int, method: str, factor: float, *, per_level: tuple
         own = per_level[i] if per_level else 1.0
         rows[level] = LevelFigures(
             concurrency=level, output_tokens_per_s=level * e / (step_time(k, level, method) * factor * own),
-            wall_clock_output_tokens_per_s=None, decode_tokens_per_s_p50=None, ttft_p95_s=None, errors=0,
+            whole_level_output_tokens_per_s=None, decode_tokens_per_s_p50=None, ttft_p95_s=None, errors=0,
             requests=8, mean_acceptance_length=e,
         )  # fmt: skip
     return MeasuredConfig(

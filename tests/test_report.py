@@ -61,7 +61,7 @@ def simulated_configs(workload: str, ks, methods, *, seed: int = 0, drafts: int 
                 acceptance = {"num_drafts": drafts, "accepted_per_position": counts, "mean_acceptance_length": length}
             rate *= float(np.exp(rng.normal(0.0, noise)))
             results[level.concurrency] = LevelFigures(
-                concurrency=level.concurrency, output_tokens_per_s=rate, wall_clock_output_tokens_per_s=rate,
+                concurrency=level.concurrency, output_tokens_per_s=rate, whole_level_output_tokens_per_s=rate,
                 decode_tokens_per_s_p50=None, ttft_p95_s=None, errors=0, requests=32, **acceptance,
             )  # fmt: skip
         key = config.to_json() if config else "off"

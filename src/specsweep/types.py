@@ -199,8 +199,8 @@ class LevelFigures:
     """
 
     concurrency: int
-    output_tokens_per_s: float | None  # at full concurrency when known, else wall clock
-    wall_clock_output_tokens_per_s: float | None
+    output_tokens_per_s: float | None  # while all streams were busy when known, else the whole level's
+    whole_level_output_tokens_per_s: float | None  # over the whole level, its ramp-down included
     decode_tokens_per_s_p50: float | None
     ttft_p95_s: float | None
     errors: int

@@ -62,7 +62,7 @@ def level_figures(
             concurrency=s.concurrency,
             # at full concurrency when known: the ramp-down tail of a closed loop is not the server's
             output_tokens_per_s=s.saturated_output_tokens_per_s or s.output_tokens_per_s,
-            wall_clock_output_tokens_per_s=s.output_tokens_per_s,
+            whole_level_output_tokens_per_s=s.output_tokens_per_s,
             decode_tokens_per_s_p50=decode.p50 if decode else None,
             ttft_p95_s=s.ttft_s.p95 if s.ttft_s else None,
             errors=s.errors,
@@ -103,7 +103,10 @@ def _level_from_stored(concurrency: int, row: dict[str, Any]) -> LevelFigures:
     return LevelFigures(
         concurrency=concurrency,
         output_tokens_per_s=row.get("output_tokens_per_s"),
-        wall_clock_output_tokens_per_s=row.get("wall_clock_output_tokens_per_s"),
+        # "wall_clock_output_tokens_per_s" in trial files stored before the clock had its own word
+        whole_level_output_tokens_per_s=row.get(
+            "whole_level_output_tokens_per_s", row.get("wall_clock_output_tokens_per_s")
+        ),
         decode_tokens_per_s_p50=row.get("decode_tokens_per_s_p50"),
         ttft_p95_s=row.get("ttft_p95_s"),
         errors=int(row.get("errors") or 0),

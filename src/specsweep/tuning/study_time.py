@@ -50,9 +50,9 @@ def study_time(
         for workload in config.workloads:
             for level in config.measure.concurrency:
                 rates = [
-                    row.wall_clock_output_tokens_per_s
+                    row.whole_level_output_tokens_per_s
                     for t in timed
-                    if (row := t.results.get(workload, {}).get(level)) and row.wall_clock_output_tokens_per_s
+                    if (row := t.results.get(workload, {}).get(level)) and row.whole_level_output_tokens_per_s
                 ]
                 if rates:
                     per_level.append(requests * config.measure.max_tokens * len(rates) / sum(rates))
