@@ -49,6 +49,7 @@ from specsweep.engines.registry import engine_info
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.rigs.file import RIG_FILE, load_rig
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
+from specsweep.runtime.modelled_time import ServerClock
 from specsweep.runtime.poll import PollMissed, poll_metrics
 from specsweep.watch.engines import series_names
 from specsweep.watch.windows import WatchSettings, analyse_windows
@@ -137,7 +138,7 @@ def run_once(
     # the poll's stamps are on the emulator's modelled clock, which reads the first read's unix time
     # (runtime/poll.py): the schedule's start and end on it
     origin = snapshots[0].taken_at
-    start = origin + (started - origin) * time_scale
+    start = ServerClock(time_scale).anchored(origin, started)
     report = analyse_windows(
         intervals_from_snapshots(snapshots, names), settings, start=start, end=start + schedule.period_s
     )

@@ -21,6 +21,7 @@ import optuna
 import pytest
 
 from specsweep.config import parse_study_config
+from specsweep.runtime import launcher
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
 from specsweep.runtime.lease import lease_for, process_start_ticks, reclaim_leases, write_lease
 from specsweep.tuning.study import StudyRunner
@@ -127,9 +128,18 @@ def test_a_chosen_port_is_outside_the_range_outgoing_connections_take_their_port
     ports = {free_port() for _ in range(20)}
     assert all(port < low or port > high for port in ports), sorted(ports)
     assert len(ports) > 1  # chosen at random, so two starts at once rarely try the same one
-    with socket.socket() as taken:  # and free: a bound port is not handed out
+
+
+def test_a_port_in_use_is_never_the_one_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The candidates are tried in turn: one something already listens on is passed over."""
+    with socket.socket() as taken, socket.socket() as probe:
         taken.bind(("127.0.0.1", 0))
-        assert taken.getsockname()[1] not in {free_port() for _ in range(20)}
+        probe.bind(("127.0.0.1", 0))
+        busy, spare = taken.getsockname()[1], probe.getsockname()[1]
+        probe.close()  # free again: the candidate after the busy one
+        monkeypatch.setattr(launcher.random, "sample", lambda population, n: [busy, spare])
+        monkeypatch.setattr(launcher, "_LISTEN_PORTS_FROM", 0)  # whatever the kernel's range
+        assert free_port() == spare
 
 
 # -- the tool itself stopped mid-trial ---------------------------------------------------------
