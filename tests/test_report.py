@@ -405,3 +405,28 @@ def test_between_tied_leaders_where_the_model_misfits_the_paste_runs_the_one_mea
     assert note in plan.notes
     fitting = plan_snippet("w", [rec(misfit=False)], templates, max_num_seqs=4)
     assert fitting.choice_by_concurrency == {1: k4} and not fitting.measured_over_model
+
+
+def test_a_lone_unlucky_start_is_said_and_its_configuration_stays_in_the_running() -> None:
+    """The one start of the true best at one stream (technical, k = 2 probabilistic) ran 30% slow
+    at every level, as a server start can: its step time alone is off the line through k = 1, 3,
+    4 and 5. The analysis says so in a note naming it a lone start, and the recommendation keeps
+    it in the running (chosen or tied) instead of ranking it on its one slow start."""
+    configs = simulated_configs("technical", range(1, 6), ("probabilistic",))
+    slow = next(c for c in configs if c.spec is not None and c.spec.num_speculative_tokens == 2)
+    slowed = {
+        level: replace(row, output_tokens_per_s=row.output_tokens_per_s / 1.3,
+                       whole_level_output_tokens_per_s=row.output_tokens_per_s / 1.3)
+        for level, row in slow.results["technical"].items()
+    }  # fmt: skip
+    configs[configs.index(slow)] = replace(slow, results={"technical": slowed})
+    prior = RunNoisePrior(relative_sd=0.02, df=2, source="assumed")
+    analysis = analyze_study(configs, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1,
+                             k_max=5, noise_prior=prior)  # fmt: skip
+    lone = [n for n in analysis.notes if "lone start" in n]
+    assert lone and all("k=2" in n for n in lone), analysis.notes
+    truth, _ = true_best("technical", range(1, 6), ("probabilistic",))
+    assert truth[1] == (2, "probabilistic")
+    rec = analysis.recommendation("technical", 1)
+    two = Candidate(drafter=Drafter(method="dspark", draft_sample_method="probabilistic"), num_speculative_tokens=2)
+    assert rec.choice == two or two in rec.tied, rec.reason

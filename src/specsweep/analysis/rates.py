@@ -95,7 +95,9 @@ def sample_rates(
             t = max(t, floor_point)
             candidate = Candidate(drafter=drafter, num_speculative_tokens=k)
             column = concurrency * e_draws[:, j] / t_draws[:, j]
-            misfit_measured = workload is not None and fit.misfit and source == "measured"
+            misfit_measured = (
+                workload is not None and fit.misfit and source == "measured" and k != fit.lone_start_k
+            )  # a lone start keeps the even odds of its step-time draws (analysis/throughput.py)
             measured = _measured_rate(model, fit, candidate, workload) if misfit_measured else None
             if measured is not None:
                 # The model misfits this drafter here: a measured configuration is what it measured.

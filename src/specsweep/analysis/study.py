@@ -174,7 +174,16 @@ def analyze_study(
         model_inputs = {d: f for d, f in by_drafter.items()}
         base = candidate_of(baseline, objective_concurrency) if baseline is not None else None
         for fit in model.fits:
-            if fit.misfit and fit.drafter is not None:
+            lone = fit.lone_start
+            if lone is not None and fit.drafter is not None:
+                notes.append(
+                    f"{workload}: at concurrency {fit.concurrency}, {fit.drafter.label} "
+                    f"k={lone.num_speculative_tokens} was measured in one server start that alone keeps its step "
+                    "times off a line in k (a lone start): "
+                    "an unlucky start or a real step, which one start cannot tell; the model holds both until a "
+                    "repeat of it does."
+                )
+            elif fit.misfit and fit.drafter is not None:
                 notes.append(
                     f"{workload}: at concurrency {fit.concurrency}, {fit.drafter.label}'s measured step times are "
                     "off a line in k by more than the run-to-run noise (the model misfits: "

@@ -21,6 +21,10 @@ Step time per (B, drafter), measured points first:
   is wide and says so.
 - with the run-to-run noise known, greedy and probabilistic drafting of one method share one line
   with one factor between them where their points fit it (``_joint_lines``).
+- a drafter whose points misfit their line, but fit it once one draft length measured in a single
+  start is left out (and no other single one would do): the line is fitted without it, and that
+  draft length (a lone start) is an unlucky start or a real step. One start cannot say which, so
+  its draws take the line or its measurement at even odds, and a repeat is what settles it.
 
 Rates for any k from these fits with acceptance draws: analysis/rates.py.
 """
@@ -127,6 +131,15 @@ class StepTimeFit:
     scaled_from: Drafter | None = None
     sibling_factor: float = 1.0
     sibling_factor_sd: float = 0.0
+    # The draft length of a lone start that breaks the line: the other draft lengths fit a line
+    # without it, and one start cannot tell an unlucky start from a real step there. Its draws take
+    # that line or its own measurement at even odds, so a repeat of it is valued as what settles it.
+    lone_start_k: int | None = None
+
+    @property
+    def lone_start(self) -> StepTimePoint | None:
+        """The point measured in the lone start, if there is one."""
+        return next((p for p in self.points if p.num_speculative_tokens == self.lone_start_k), None)
 
     def step_time_s(self, k: int) -> tuple[float, str]:
         """Point T(k) and where it came from ("measured": k was measured, or "line")."""
@@ -323,6 +336,17 @@ def _fit_line(
         # a step-shaped T as a line and overwrite what was measured.
         fits = pool and _line_fits(points, coef, pooled)
         misfit = pool and len(points) >= 3 and not fits
+        lone = _lone_start(pts, pooled) if misfit else None
+        if lone is not None:
+            coef, inverse, residual, own_df = _wls(*_stack([e for e in pts if e[0] is not lone]))
+            sd = max(math.sqrt(residual / own_df), pooled) if own_df > 0 else pooled
+            basis = (
+                f"weighted least squares over {len(points) - 1} draft lengths, which fit it, and k="
+                f"{lone.num_speculative_tokens} measured in one start {_miss(lone, coef):+.0%} off it: an unlucky "
+                "start or a real step, at even odds until a repeat tells; measured points stand for themselves"
+            )
+            fit = _record(concurrency, drafter, points, coef[0], coef[1], inverse * sd**2, sd, pooled_df, basis, False)
+            return replace(fit, misfit=True, lone_start_k=lone.num_speculative_tokens)
         if len(points) < 3 or not pool:
             basis = (
                 f"weighted least squares over {len(points)} draft lengths"
@@ -462,6 +486,26 @@ def _shaped_like(
     return replace(fit, shaped_like=sibling.drafter)
 
 
+def _lone_start(pts: list[tuple[StepTimePoint, np.ndarray, np.ndarray]], noise: float) -> StepTimePoint | None:
+    """The one draft length, measured in a single start, without which the others (three or more)
+    fit their line within the run-to-run ``noise``. None when no point does, or when more than one
+    would: then the misfit is shape, not one start."""
+    found = []
+    for entry in pts:
+        if entry[0].observations != 1:
+            continue
+        rest = [e for e in pts if e is not entry]
+        if len(rest) >= 3 and _line_fits([p for p, _, _ in rest], _wls(*_stack(rest))[0], noise):
+            found.append(entry[0])
+    return found[0] if len(found) == 1 else None
+
+
+def _miss(point: StepTimePoint, coef: np.ndarray) -> float:
+    """A point's relative miss from the line ``coef``."""
+    line = coef[0] + coef[1] * point.num_speculative_tokens
+    return point.step_time_s / line - 1 if line > 0 else math.inf
+
+
 def _line_fits(points: Sequence[StepTimePoint], coef: np.ndarray, noise: float, *, extra_parameters: int = 0) -> bool:
     """Whether the measured means at three or more draft lengths agree with the line within the run-
     to-run noise (lack of fit: the chi-square of their relative misses, each over noise / sqrt(starts),
@@ -545,6 +589,8 @@ def step_time_draws(
         elif point is not None and not fit.line_fits:
             noise = fit.relative_sd / math.sqrt(point.observations)
             out[:, j] = point.step_time_s * (1 + noise * scale * rng.standard_normal(draws))
+            if k == fit.lone_start_k:  # an unlucky start or a real step: either, at even odds
+                out[:, j] = np.where(rng.random(draws) < 0.5, intercept + slope * k, out[:, j])
         else:
             out[:, j] = intercept + slope * k
     return np.maximum(out, 1e-9)
