@@ -166,6 +166,26 @@ def test_a_lone_start_off_the_line_is_either_an_unlucky_start_or_a_step():
     assert settled.fit_for(1, DSPARK).lone_start_k is None and settled.fit_for(1, DSPARK).line_fits
 
 
+def test_a_line_its_points_fit_is_the_estimate_at_a_measured_k_too():
+    """Points 1% off a true line at 2% noise fit it: the line, which pools every start, is the
+    step time at a measured k, closer to the truth than the point measured there."""
+    misses = {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 6: 1.0}
+    misses[3] = 1.01  # one point 1% slow
+    observations = [observe(0, 1)]
+    for k, factor in misses.items():
+        row = observe(k, 1)
+        observations.append(
+            ThroughputObservation(
+                **{**asdict(row), "drafter": DSPARK, "output_tokens_per_s": row.output_tokens_per_s / factor}
+            )
+        )
+    fit = fit_throughput_model(observations, run_noise=(0.02, 4)).fit_for(1, DSPARK)
+    assert fit.line_fits and not fit.misfit
+    t3, source = fit.step_time_s(3)
+    assert source == "measured"
+    assert abs(t3 / true_step_time_s(3, 1) - 1) < 0.005  # the point alone is 1% off
+
+
 def test_both_draft_samplings_share_one_line_so_one_unlucky_start_is_pooled_away():
     """Greedy drafting at k = 1..5 and probabilistic at k = 1..4, every probabilistic step 3%
     dearer (the same draft and verify passes), starts about 4% apart, and the one start of
