@@ -14,7 +14,7 @@ import numpy as np
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
 from specsweep.analysis.fits import AcceptanceFit, band, per_position_draws, point_per_position
-from specsweep.analysis.throughput import StepTimeFit, ThroughputModel, step_time_draws
+from specsweep.analysis.throughput import StepTimeFit, ThroughputModel, joint_step_time_draws, step_time_draws
 from specsweep.errors import FitError
 
 
@@ -135,21 +135,25 @@ def _step_draws(
 
     Siblings measured at one draft length each share the draw of where their unknown slope falls;
     a drafter shaped like its sibling's line (analysis/throughput.py) is drawn from the sibling's
-    own draws, scaled to its anchor, so the two differ by one factor per draw, as they do."""
+    own draws, scaled to its anchor, so the two differ by one factor per draw, as they do; both
+    draft samplings on one line are drawn together with the factor between them."""
     out: dict[Drafter, dict[int, np.ndarray]] = {}
     shares: dict[str, np.ndarray] = {}
     for drafter in sorted(fits, key=lambda d: (fits[d].shaped_like is not None or fits[d].scaled_from is not None, d)):
         fit = fits[drafter]
         top = arrays[drafter][0].size if k_max is None else min(k_max, arrays[drafter][0].size)
         ks = list(range(1, max(top, *(p.num_speculative_tokens for p in fit.points)) + 1))
-        pooled_with = out.get(fit.scaled_from) if fit.scaled_from is not None else None
-        if pooled_with is not None:
-            # one line through both draft samplings: the other's draws times the factor between them
-            factor = fit.sibling_factor * np.exp(fit.sibling_factor_sd * rng.standard_normal(draws))
-            out[drafter] = {
-                k: pooled_with[k] * factor if k in pooled_with else fit.step_time_s(k)[0] * factor / fit.sibling_factor
-                for k in ks
-            }
+        if drafter in out:  # drawn with its sibling on their one line
+            continue
+        scaled = next((d for d, f in fits.items() if f.scaled_from == drafter), None)
+        if scaled is not None:
+            # one line through both draft samplings: the line and the factor between them drawn together
+            top_s = arrays[scaled][0].size if k_max is None else min(k_max, arrays[scaled][0].size)
+            measured = (p.num_speculative_tokens for p in (*fit.points, *fits[scaled].points))
+            ks = list(range(1, max(top, top_s, *measured) + 1))
+            g_columns, s_columns = joint_step_time_draws(fit, fits[scaled], ks, draws=draws, rng=rng)
+            out[drafter] = {k: g_columns[:, j] for j, k in enumerate(ks)}
+            out[scaled] = {k: s_columns[:, j] for j, k in enumerate(ks)}
             continue
         sibling = out.get(fit.shaped_like) if fit.shaped_like is not None else None
         anchor = fit.points[0]

@@ -127,14 +127,21 @@ class StepTimeFit:
     misfit: bool = False
     shaped_like: Drafter | None = None  # measured at one draft length, shaped like this sibling's line
     # One line for both draft samplings of a method: this drafter's steps are ``sibling_factor``
-    # (relative sd ``sibling_factor_sd``) times those of ``scaled_from``, whose line pools both.
+    # times those of ``scaled_from``, whose line pools both. ``joint_covariance`` is that of
+    # (intercept, slope, log factor) fitted together: the factor is confounded with the line the
+    # other drafter's points pin, so it is drawn with it (``joint_step_time_draws``).
     scaled_from: Drafter | None = None
     sibling_factor: float = 1.0
-    sibling_factor_sd: float = 0.0
+    joint_covariance: tuple[tuple[float, ...], ...] = ()
     # The draft length of a lone start that breaks the line: the other draft lengths fit a line
     # without it, and one start cannot tell an unlucky start from a real step there. Its draws take
     # that line or its own measurement at even odds, so a repeat of it is valued as what settles it.
     lone_start_k: int | None = None
+
+    @property
+    def sibling_factor_sd(self) -> float:
+        """Relative sd of the factor to ``scaled_from`` (0 when the drafter has its own line)."""
+        return math.sqrt(self.joint_covariance[2][2]) if self.joint_covariance else 0.0
 
     @property
     def lone_start(self) -> StepTimePoint | None:
@@ -423,30 +430,56 @@ def _joint_lines(
             log_c = updated
             if converged:
                 break
-        factor, factor_sd = math.exp(log_c), pooled / math.sqrt(starts_p)
+        factor = math.exp(log_c)
         joint = _scaled_join(g_pts, p_pts, factor)
-        coef, inverse, residual, own_df = _wls(*_stack(joint))
+        coef, _, residual, own_df = _wls(*_stack(joint))
         if not _line_fits([p for p, _, _ in joint], coef, pooled, extra_parameters=1):
             continue
         sd = max(math.sqrt(residual / (own_df - 1)), pooled) if own_df > 1 else pooled
+        covariance = _joint_covariance(g_pts, p_pts, coef) * sd**2
+        # the probabilistic line (c a, c b) from (a, b, log c), by the delta method
+        scale = np.array([[factor, 0.0, factor * coef[0]], [0.0, factor, factor * coef[1]]])
         starts = sum(p.observations for p, _, _ in joint)
         basis = (
             f"one line through both draft samplings of {greedy.method} ({len(joint)} points, {starts} starts; "
             f"probabilistic steps x{factor:.3f}): it fits them, so it is used at each k"
         )
         g_fit = _record(
-            concurrency, greedy, tuple(p for p, _, _ in g_pts), coef[0], coef[1], inverse * sd**2, sd, pooled_df,
+            concurrency, greedy, tuple(p for p, _, _ in g_pts), coef[0], coef[1], covariance[:2, :2], sd, pooled_df,
             basis, False, True,
         )  # fmt: skip
         p_fit = _record(
             concurrency, stochastic, tuple(p for p, _, _ in p_pts), coef[0] * factor, coef[1] * factor,
-            inverse * (sd * factor) ** 2, sd, pooled_df, basis, False, True,
+            scale @ covariance @ scale.T, sd, pooled_df, basis, False, True,
         )  # fmt: skip
         out[(concurrency, greedy)] = g_fit
         out[(concurrency, stochastic)] = replace(
-            p_fit, scaled_from=greedy, sibling_factor=factor, sibling_factor_sd=factor_sd
+            p_fit,
+            scaled_from=greedy,
+            sibling_factor=factor,
+            joint_covariance=tuple(tuple(float(v) for v in row) for row in covariance),
         )
     return out
+
+
+def _joint_covariance(
+    greedy: list[tuple[StepTimePoint, np.ndarray, np.ndarray]],
+    stochastic: list[tuple[StepTimePoint, np.ndarray, np.ndarray]],
+    coef: np.ndarray,
+) -> np.ndarray:
+    """(J'WJ)^-1 of (a, b, log c) for log T = log(a + b k) + log c [probabilistic], over every start
+    of both drafters with their relative weights: the covariance per unit relative noise. The
+    factor and the line are fitted from the same starts, so the factor is only as sure as the line
+    is where the probabilistic starts sit; the noise over the root of their count leaves that out."""
+    rows, weights = [], []
+    for is_stochastic, pts in ((0.0, greedy), (1.0, stochastic)):
+        for point, _, w in pts:
+            line = coef[0] + coef[1] * point.num_speculative_tokens
+            for weight in w:
+                rows.append([1 / line, point.num_speculative_tokens / line, is_stochastic])
+                weights.append(weight)
+    design, w = np.array(rows), np.array(weights) / np.mean(weights)
+    return np.linalg.inv(design.T @ (design * w[:, None]))
 
 
 def _scaled_join(
@@ -594,3 +627,20 @@ def step_time_draws(
         else:
             out[:, j] = intercept + slope * k
     return np.maximum(out, 1e-9)
+
+
+def joint_step_time_draws(
+    greedy: StepTimeFit, scaled: StepTimeFit, ks: Sequence[int], *, draws: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Draws of T at each k for both draft samplings on one line, each (draws, len(ks)): the line and
+    the factor between them drawn together from ``scaled.joint_covariance``, Student's t as in
+    ``step_time_draws``, so a draw whose line runs low has the factor that makes up for it."""
+    centre = np.array([greedy.intercept_s, greedy.slope_s_per_token, math.log(scaled.sibling_factor)])
+    deviation = rng.multivariate_normal(np.zeros(3), np.array(scaled.joint_covariance), size=draws, method="eigh")
+    df = scaled.residual_df
+    if df > 0:
+        deviation *= np.sqrt(df / rng.chisquare(df, size=draws))[:, None]
+    coef = centre + deviation
+    k = np.asarray(ks, dtype=float)
+    line = np.maximum(coef[:, :1] + np.maximum(coef[:, 1:2], 0.0) * k, 1e-9)
+    return line, line * np.exp(coef[:, 2:3])
