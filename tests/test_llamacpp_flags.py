@@ -199,6 +199,39 @@ def test_n_gram_sizes_are_llama_cpps_own_unless_a_study_sets_them() -> None:
     assert "--spec-ngram-simple-size-n" in llamacpp.render_spec_args(old)
 
 
+def test_ngram_simple_below_its_lookup_length_never_drafts_and_the_space_says_so() -> None:
+    """common_ngram_simple_draft copies the k tokens after a match only when they are at least as
+    many as the lookup n-gram: below it ngram-simple runs as speculation off (llama.cpp's default
+    lookup is 12). The other types draft at any k; a space that cannot draft at all says what to set."""
+
+    def spec(**fields):
+        return llamacpp.validate_spec_config({"method": "ngram", **fields})
+
+    assert [k for k in range(1, 14) if llamacpp.never_drafts(spec(num_speculative_tokens=k))] == list(range(1, 12))
+    lookup_3 = [spec(num_speculative_tokens=k, prompt_lookup_min=3) for k in range(1, 6)]
+    assert [s.num_speculative_tokens for s in lookup_3 if llamacpp.never_drafts(s)] == [1, 2]
+    for spec_type in ("ngram-map-k", "ngram-map-k4v", "ngram-mod"):
+        assert llamacpp.never_drafts(spec(spec_type=spec_type, num_speculative_tokens=1)) is None
+    assert llamacpp.never_drafts(llamacpp.validate_spec_config({"method": "draft_model", "model": "d",
+                                                                "num_speculative_tokens": 1})) is None  # fmt: skip
+    engine = engine_info("llama.cpp")
+
+    def notes(fixed):
+        return build_space(
+            SearchSpace(num_speculative_tokens=(1, 8), fixed=fixed), temperature=0.0,
+            engine_has_draft_sample_method=True, validate=engine.validate_spec,
+            samples_drafts=engine.drafts_from_a_distribution, never_drafts=engine.never_drafts,
+        ).notes()  # fmt: skip
+
+    (line,) = notes({"method": "ngram", "prompt_lookup_min": 3})
+    assert line.startswith("k = 1, 2: llama.cpp's ngram-simple drafts nothing below its lookup length (3)")
+    assert "nothing in this space drafts" not in line
+    (line,) = notes({"method": "ngram"})
+    assert line.startswith("k = 1, 2, 3, 4, 5, 6, 7, 8:") and "(12)" in line
+    assert line.endswith("nothing in this space drafts: set search.fixed.prompt_lookup_min to at most the smallest k.")
+    assert notes({"method": "ngram", "spec_type": "ngram-mod"}) == []
+
+
 @pytest.mark.parametrize("method", ["draft_model", "eagle3", "dflash", "dspark"])
 def test_draft_types_without_a_draft_model_are_refused(method: str) -> None:
     """b11434 creates no eagle3, dflash or dspark drafter without a draft context: the server would

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from specsweep.config import parse_study_config
+from specsweep.engines import llamacpp
 from specsweep.rigs.file import RIG_FILE, write_rig
 from specsweep.rigs.stored import build_rig
 from specsweep.runtime.launcher import ServerProcess, free_port
@@ -57,6 +58,10 @@ def test_measure_with_a_real_rig_recommends_and_refuses_other_flags(real_engines
     by_k = {lv["num_speculative_tokens"]: lv for lv in stored["levels"]}
     assert by_k[2]["draft_share"] == 0.0 and by_k[2]["tokens_per_step"] == 1.0, by_k[2]
     assert all(0.0 < by_k[k]["draft_share"] <= 1.0 for k in (3, 4) if k in by_k)
+    # which is the rule specsweep reads from llama.cpp's source (engines/llamacpp.py, never_drafts)
+    for k in by_k.keys() - {0}:
+        spec = llamacpp.validate_spec_config({"method": "ngram", "prompt_lookup_min": 3, "num_speculative_tokens": k})
+        assert bool(llamacpp.never_drafts(spec)) is (by_k[k]["draft_share"] == 0.0), k
 
     port = free_port()
     argv = real_engines.server_argv(port) + NGRAM

@@ -15,6 +15,7 @@ from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.analysis.drafters import Candidate, Drafter
 from specsweep.analysis.study import analyze_study
 from specsweep.config import SearchSpace, parse_study_config
+from specsweep.engines import llamacpp
 from specsweep.engines.registry import USUAL_RUN_NOISE
 from specsweep.tuning.events import Planned
 from specsweep.tuning.records import read_trial, read_trials
@@ -396,4 +397,25 @@ def test_a_drafter_that_looks_drafts_up_has_every_draft_length_measured_before_a
     first_repeat = next((i for i, s in enumerate(steps) if s.repeat), len(steps))
     assert all(s.phase == "every k" for s in steps[:first_repeat]) and first_repeat >= 6
     assert "looks its drafts up" in every_k[0].reason
+    assert decision.picks[("prose", 1)].num_speculative_tokens == 7
+
+
+def test_draft_lengths_the_engine_says_never_draft_are_not_started() -> None:
+    """llama.cpp's ngram-simple copies no draft shorter than its lookup n-gram (3 here), so k = 1 and 2
+    run as speculation off: with the engine's rule the same n-gram space spends no start on them,
+    measures k = 3..8 once each, still picks k = 7, and says why k = 1 and 2 were left out."""
+    space = replace(NGRAM_SPACE, validate=llamacpp.validate_spec_config, never_drafts=llamacpp.never_drafts)
+    assert space.size() == NGRAM_SPACE.size() == 9  # the grid still holds them
+    assert any(
+        "k = 1, 2: llama.cpp's ngram-simple drafts nothing below its lookup length (3)" in n for n in space.notes()
+    )
+    ks = [0, 8, 3]
+    while True:
+        decision = decide_next([read_trial(ngram_trial(i, k)) for i, k in enumerate(ks)], space, SETTINGS)
+        if decision.params is None:
+            break
+        ks.append(decision.params["num_speculative_tokens"])
+    assert 1 not in ks and 2 not in ks, ks
+    assert set(range(3, 9)) <= set(ks), ks
+    assert len(ks) == NGRAM_SPACE.size() - 2, ks  # the two starts are saved, not spent on repeats instead
     assert decision.picks[("prose", 1)].num_speculative_tokens == 7

@@ -73,6 +73,8 @@ MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
 # ngram-mod's n_min default (common.h line 361) is above most k a study tries: a draft shorter
 # than n_min is dropped whole, so specsweep passes this unless the study sets n_min.
 NGRAM_MOD_N_MIN = 0
+# ngram-simple's lookup length when none is given (common.h line 364): a draft shorter than it is never made.
+NGRAM_SIMPLE_SIZE_N = 12
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
 SPEC_TYPES = DRAFT_TYPES + NGRAM_TYPES
 METHOD_SPEC_TYPES = {
@@ -188,6 +190,25 @@ def drafts_from_a_distribution(spec: SpeculativeConfig) -> bool:
     """Whether --spec-draft-sampling changes what the drafter drafts: draft-simple and draft-mtp
     read it; eagle3, dflash, dspark take the top token and the ngram types look tokens up."""
     return spec_type_of(spec.method, spec.extra.get("spec_type")) in SAMPLING_TYPES
+
+
+def never_drafts(spec: SpeculativeConfig) -> str | None:
+    """Why a configuration can never draft, whatever the text (None: it can).
+
+    ngram-simple drafts the m-gram after a match of its lookup n-gram, and its m-gram is the draft
+    length: ``common_ngram_simple_draft`` (``common/ngram-map.cpp``) returns no draft when that
+    copy is shorter than the n-gram. So k below the lookup length (``prompt_lookup_min``, 12 when
+    unset: ``common/common.h``) runs as speculation off."""
+    if spec_type_of(spec.method, spec.extra.get("spec_type")) != "ngram-simple":
+        return None
+    size_n = spec.prompt_lookup_min or NGRAM_SIMPLE_SIZE_N
+    k = spec.num_speculative_tokens or 0
+    if not 0 < k < size_n:
+        return None
+    return (
+        f"llama.cpp's ngram-simple drafts nothing below its lookup length ({size_n}): it copies no draft "
+        "shorter than the n-gram it looked up"
+    )
 
 
 def table_refusal(spec: SpeculativeConfig) -> str | None:

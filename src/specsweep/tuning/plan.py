@@ -66,6 +66,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
         engine_has_draft_sample_method=engine.has_draft_sample_method,
         validate=engine.validate_spec,
         samples_drafts=engine.drafts_from_a_distribution,
+        never_drafts=engine.never_drafts,
     )
     check_space(space, config.source, config.search.baseline)
     help_flags = read_help_flags(config.server, engine)  # llama.cpp: the flags this build takes
@@ -117,6 +118,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
         for note in (too_small(load_workload(name), config.measure.most_requests), *load_workload(name).notes)
         if note
     ]
+    warnings += space.notes()
     if len(configurations) > 1 and len({c.command for c in configurations}) == 1:
         warnings.append(
             "every configuration runs the same command: the start command has no {spec_args} (or "

@@ -42,6 +42,7 @@ class Space:
     methods_collapsed: bool  # draft_sample_method dropped: identical at temperature 0, or not an engine option
     validate: Callable[[dict[str, Any]], SpeculativeConfig] = validate_speculative_config  # the engine's rules
     samples_drafts: Callable[[SpeculativeConfig], bool] = drafts_from_a_distribution
+    never_drafts: Callable[[SpeculativeConfig], str | None] = lambda spec: None  # the engine's rule
 
     def grid(self) -> dict[str, list[Any]]:
         """Every parameter with every value: optuna GridSampler's search space."""
@@ -85,8 +86,33 @@ class Space:
         return spec
 
     def notes(self) -> list[str]:
-        """One line per drafter of the space that does not read the draft sampling the space opens:
-        its greedy and probabilistic configurations are one server, measured once."""
+        """One line per drafter of the space that does not read the draft sampling the space opens
+        (its greedy and probabilistic configurations are one server, measured once), and one per
+        drafter that can never draft at some of its draft lengths."""
+        return self._idle_notes() + self._sampling_notes()
+
+    def _idle_notes(self) -> list[str]:
+        idle: dict[str, list[int]] = {}  # the engine's reason -> the draft lengths it holds for
+        drafting = 0
+        for params in self.distinct_params():
+            spec = self.config_from_params(params)
+            if spec is None:
+                continue
+            reason = self.never_drafts(spec)
+            if reason is None:
+                drafting += 1
+            else:
+                idle.setdefault(reason, []).append(spec.num_speculative_tokens or 0)
+        out = []
+        for reason, ks in sorted(idle.items()):
+            listed = ", ".join(str(k) for k in sorted(set(ks)))
+            line = f"k = {listed}: {reason}, so those configurations run as speculation off, whatever the text"
+            if not drafting:
+                line += "; nothing in this space drafts: set search.fixed.prompt_lookup_min to at most the smallest k"
+            out.append(line + ".")
+        return out
+
+    def _sampling_notes(self) -> list[str]:
         if self.methods_collapsed or len(self.draft_sample_methods) < 2:
             return []
         ignored = set()
@@ -121,6 +147,7 @@ def build_space(
     engine_has_draft_sample_method: bool,
     validate: Callable[[dict[str, Any]], SpeculativeConfig] = validate_speculative_config,
     samples_drafts: Callable[[SpeculativeConfig], bool] = drafts_from_a_distribution,
+    never_drafts: Callable[[SpeculativeConfig], str | None] = lambda spec: None,
 ) -> Space:
     """The effective space for a study: drop what cannot make a difference."""
     low, high = search.num_speculative_tokens
@@ -137,6 +164,7 @@ def build_space(
         methods_collapsed=collapsed,
         validate=validate,
         samples_drafts=samples_drafts,
+        never_drafts=never_drafts,
     )
 
 

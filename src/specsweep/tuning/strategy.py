@@ -445,9 +445,13 @@ def model_search(
 
 
 def _space_configs(space: Space) -> dict[str, _Config]:
+    """The configurations a start could measure. One the engine says can never draft runs as
+    speculation off, so a start of it would buy nothing off's own does not (Space.notes says so)."""
     out: dict[str, _Config] = {}
     for params in space.distinct_params():
         spec = space.config_from_params(params)
+        if spec is not None and space.never_drafts(spec):
+            continue
         drafter = drafter_of(spec)
         k = int(params["num_speculative_tokens"])
         candidate = Candidate(drafter=drafter if k else None, num_speculative_tokens=k if drafter else 0)

@@ -156,6 +156,7 @@ class StudyRunner:
             engine_has_draft_sample_method=self.engine.has_draft_sample_method,
             validate=self.engine.validate_spec,
             samples_drafts=self.engine.drafts_from_a_distribution,
+            never_drafts=self.engine.never_drafts,
         )
         check_space(self.space, config.source, config.search.baseline)
         check_start_command(config.server.start, config.server.engine, config.source)
