@@ -20,9 +20,10 @@ Order of decisions (docs/search.md), one small function each:
    A start is worth it when it is expected to buy ``START_PRICE`` of the tolerance of the cells'
    summed rate for a start of the study's mean cost, in proportion to its own cost; the start
    that buys most per minute goes next;
-5. stop when none is worth it, and never after as many starts as the grid has configurations.
+5. stop when none is worth it, and never after as many starts as there are configurations to
+   measure (the grid's, less any the engine says can never draft).
 
-Before each start the study says which start it is, the most it will make (the grid's size),
+Before each start the study says which start it is, the most it will make (the cap),
 how many it expects (the starts made, this one, and each other start worth its price now) and
 the time those leave at the study's mean start: "start 4 of at most 11, about 6 expected".
 """
@@ -74,7 +75,7 @@ class Budget:
     """The starts made, the most the search will make (``cap``), the starts it expects, and a start's cost."""
 
     starts: int  # server starts of the study so far (failed boots included)
-    cap: int  # never more starts than this: the grid's size
+    cap: int  # never more starts than this: the configurations to measure
     expected: int | None  # the starts the search expects in all now (None: not known before values exist)
     boot_s: float | None  # mean over this study's starts (None: no start timed yet)
     measure_s: float | None
@@ -183,7 +184,7 @@ def _state(trials: Sequence[TrialRecord], space: Space, exclude: Collection[str]
 
 
 def start_budget(trials: Sequence[TrialRecord], grid: int) -> Budget:
-    """Starts so far, the grid's size as the cap, and a start's mean cost."""
+    """Starts so far, the configurations to measure as the cap, and a start's mean cost."""
     # a server start: a trial that claimed a configuration and ran it, measured or failed (not
     # one reused, turned away or running now)
     started = [t for t in trials if t.reused_from is None and t.key is not None and (t.measured or t.failed)]
@@ -286,7 +287,7 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
         )
     top = max(options, key=lambda c: values[c.candidate].share / price[c.key], default=None)
     if worth:
-        reason = f"as many server starts as the grid has configurations ({budget.cap}) were made"
+        reason = f"as many server starts as there are configurations to measure ({budget.cap}) were made"
     elif top is None or values[top.candidate].tokens_per_s <= 0:
         reason = "no start could change what the study pastes by more than the tolerance"
     else:
