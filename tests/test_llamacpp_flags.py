@@ -232,6 +232,20 @@ def test_ngram_simple_below_its_lookup_length_never_drafts_and_the_space_says_so
     assert notes({"method": "ngram", "spec_type": "ngram-mod"}) == []
 
 
+def test_only_the_n_gram_types_look_their_drafts_up() -> None:
+    """eagle3, dflash and dspark take the draft's top token (their draft sampling changes nothing)
+    but draft at every step: their step time is a line in k, and the search predicts it; the n-gram
+    types look drafts up in the text, and vLLM's ngram and suffix do too."""
+    for spec_type in llamacpp.NGRAM_TYPES:
+        spec = llamacpp.validate_spec_config({"method": "ngram", "spec_type": spec_type, "num_speculative_tokens": 4})
+        assert llamacpp.looks_up(spec), spec_type
+    for method in ("eagle3", "dspark", "dflash", "draft_model", "mtp"):
+        spec = llamacpp.validate_spec_config({"method": method, "model": "d.gguf", "num_speculative_tokens": 2})
+        assert not llamacpp.looks_up(spec), method
+    assert engine_info("vllm").looks_up(SpeculativeConfig(method="suffix", num_speculative_tokens=3))
+    assert not engine_info("vllm").looks_up(SpeculativeConfig(method="eagle3", model="m", num_speculative_tokens=3))
+
+
 @pytest.mark.parametrize("method", ["draft_model", "eagle3", "dflash", "dspark"])
 def test_draft_types_without_a_draft_model_are_refused(method: str) -> None:
     """b11434 creates no eagle3, dflash or dspark drafter without a draft context: the server would

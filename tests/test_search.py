@@ -52,11 +52,13 @@ def best_by_truth() -> tuple[int, str]:
     return max(options, key=lambda km: true_rate(*km))
 
 
-def make_trial(number: int, k: int, method: str = "probabilistic", *, noise: float = 0.0, seed: int = 0, c: float = C):
+def make_trial(
+    number: int, k: int, method: str = "probabilistic", *, noise: float = 0.0, seed: int = 0, c: float = C, space=SPACE
+):
     """A completed trial as the study loop stores it, at concurrency 1 for the prose workload."""
     rng = np.random.default_rng(seed * 1000 + number)
-    params = SPACE.params_for(None if k == 0 else {"num_speculative_tokens": k, "draft_sample_method": method})
-    spec = SPACE.config_from_params(params)
+    params = space.params_for(None if k == 0 else {"num_speculative_tokens": k, "draft_sample_method": method})
+    spec = space.config_from_params(params)
     rate = true_rate(k, method, c=c) * (1 + noise * rng.standard_normal())
     row = {"output_tokens_per_s": rate, "errors": 0, "requests": 32}
     if k:
@@ -65,7 +67,7 @@ def make_trial(number: int, k: int, method: str = "probabilistic", *, noise: flo
         row |= {"num_drafts": 5000, "accepted_per_position": counts, "mean_acceptance_length": 1 + sum(counts) / 5000}
     return optuna.trial.create_trial(
         params=params,
-        distributions=DISTRIBUTIONS,
+        distributions={name: optuna.distributions.CategoricalDistribution(v) for name, v in space.grid().items()},
         value=rate,
         user_attrs={
             "key": config_key(spec),
@@ -419,3 +421,25 @@ def test_draft_lengths_the_engine_says_never_draft_are_not_started() -> None:
     assert set(range(3, 9)) <= set(ks), ks
     assert len(ks) == NGRAM_SPACE.size() - 2, ks  # the two starts are saved, not spent on repeats instead
     assert decision.picks[("prose", 1)].num_speculative_tokens == 7
+
+
+def test_a_drafter_that_takes_its_top_token_is_predicted_not_measured_at_every_k() -> None:
+    """llama.cpp's dspark ignores the draft sampling (it takes the draft's top token), but it drafts at
+    every step: its step time is a line in k, so after off and its largest k the search predicts the
+    rest (no "every k" phase), and stops before measuring every draft length."""
+    space = replace(
+        SPACE, fixed={"method": "dspark", "model": "d.gguf"}, validate=llamacpp.validate_spec_config,
+        samples_drafts=llamacpp.drafts_from_a_distribution, looks_up=llamacpp.looks_up,
+    )  # fmt: skip
+    assert space.size() == 1 + 5  # one draft sampling: the same server either way
+    ks = [0, 5]
+    phases = []
+    while True:
+        trials = [read_trial(make_trial(i, k, "greedy", space=space)) for i, k in enumerate(ks)]
+        decision = decide_next(trials, space, SETTINGS)
+        if decision.params is None:
+            break
+        phases.append(decision.phase)
+        ks.append(decision.params["num_speculative_tokens"])
+    assert "every k" not in phases, phases
+    assert len(set(ks)) < space.size(), ks

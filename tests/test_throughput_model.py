@@ -350,3 +350,29 @@ def test_no_drawn_step_is_faster_than_speculation_off():
         if not candidate.off:
             e = expected_tokens_per_step(S, candidate.num_speculative_tokens)
             assert np.all(sample.draws[:, j] <= e * sample.draws[:, off] + 1e-9)
+
+
+def test_a_drafter_that_looks_its_drafts_up_keeps_its_measured_points_where_a_line_would_pass():
+    """An n-gram drafter drafts only where the text matches: its true step time here is a line but
+    8% lower at k = 7 (where the text's matches run long), measured once per k with 5% noise. A
+    line passes its noise test through these points and would erase the dip; told the drafter
+    looks its drafts up, the model keeps every measured point, and k = 7 is predicted at what it
+    measured."""
+    ngram = Drafter(method="ngram", draft_sample_method="greedy")
+    truth = {k: true_step_time_s(k, 1) * (0.92 if k == 7 else 1.0) for k in range(3, 9)}
+    observations = [observe(0, 1)]
+    for k, t in truth.items():
+        row = observe(k, 1)
+        rate = row.concurrency * row.tokens_per_step / t
+        observations.append(ThroughputObservation(**{**asdict(row), "drafter": ngram, "output_tokens_per_s": rate}))
+    as_line = fit_throughput_model(observations, run_noise=(0.05, 10)).fit_for(1, ngram)
+    assert as_line.line_fits and as_line.step_time_s(7)[0] > 1.05 * truth[7]  # the dip is gone
+    looked_up = fit_throughput_model(observations, run_noise=(0.05, 10), lookups={ngram}).fit_for(1, ngram)
+    assert not looked_up.line_fits and looked_up.misfit and "looks its drafts up" in looked_up.basis
+    assert all(looked_up.step_time_s(k) == (pytest.approx(t), "measured") for k, t in truth.items())
+    rows = predict_throughput(
+        fit_throughput_model(observations, run_noise=(0.05, 10), lookups={ngram}),
+        {ngram: S}, concurrency=1, k_min=3, workload="prose",
+    )  # fmt: skip
+    (k7,) = [r for r in rows if r.candidate.num_speculative_tokens == 7]
+    assert k7.tokens_per_s == pytest.approx(observations[5].output_tokens_per_s)

@@ -67,15 +67,21 @@ def model_workload(
     draws: int = 400,
     seed: int = 0,
     noise_prior: RunNoisePrior | None = None,
+    looks_up: Callable[[SpeculativeConfig], bool] | None = None,
 ) -> WorkloadModel:
     """The acceptance fits and the throughput model of one workload, from the feasible configurations;
-    the run-to-run noise pools the engine's ``noise_prior`` in (analysis/noise.py)."""
+    the run-to-run noise pools the engine's ``noise_prior`` in (analysis/noise.py). ``looks_up``: the
+    engine's rule for drafters that look their drafts up, whose step time is no line in k."""
     feasible = [c for c in configs if c.feasible]
     acceptance = drafter_acceptance(feasible, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
     observations = study_observations(feasible, workload)
     noise = run_to_run_noise(feasible, workload, noise_prior)
     run_noise = None if noise is None else (noise.relative_sd, noise.df + (noise.prior.df if noise.prior else 0))
-    throughput = fit_throughput_model(observations, run_noise=run_noise) if observations else None
+    lookups = frozenset(
+        d for c in feasible if c.spec is not None and looks_up is not None and looks_up(c.spec)
+        if (d := drafter_of(c.spec)) is not None
+    )  # fmt: skip
+    throughput = fit_throughput_model(observations, run_noise=run_noise, lookups=lookups) if observations else None
     return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput)
 
 
@@ -136,6 +142,7 @@ def analyze_study(
     tolerance: float = 0.01,
     table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
     max_itl_p99_s: float | None = None,
+    looks_up: Callable[[SpeculativeConfig], bool] | None = None,
 ) -> StudyAnalysis:
     """Fit, model and recommend for every workload and concurrency level a study measured.
 
@@ -155,8 +162,9 @@ def analyze_study(
     snippets: list[SnippetPlan] = []
     for workload in workloads:
         fitted = model_workload(
-            measured, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed, noise_prior=noise_prior
-        )
+            measured, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed, noise_prior=noise_prior,
+            looks_up=looks_up,
+        )  # fmt: skip
         acceptance.extend(fitted.acceptance)
         model = fitted.throughput
         levels = [b for b in concurrency_levels if model is not None and b in model.concurrency_levels]
@@ -255,10 +263,11 @@ def analyze_with_settings(
     *,
     seed: int = 0,
     table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
+    looks_up: Callable[[SpeculativeConfig], bool] | None = None,
 ) -> StudyAnalysis:
     """:func:`analyze_study` of a study's measured configurations as its settings ask: the search
     decides on, and the report draws, this one analysis (``table_refusal``: the engine's, for
-    the paste)."""
+    the paste; ``looks_up``: the engine's rule for drafters that look their drafts up)."""
     return analyze_study(
         configs,
         workloads=settings.workloads,
@@ -273,6 +282,7 @@ def analyze_with_settings(
         tolerance=settings.tolerance,
         table_refusal=table_refusal,
         max_itl_p99_s=settings.max_itl_p99_s,
+        looks_up=looks_up,
     )
 
 

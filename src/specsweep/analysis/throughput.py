@@ -21,6 +21,9 @@ Step time per (B, drafter), measured points first:
   is wide and says so.
 - with the run-to-run noise known, greedy and probabilistic drafting of one method share one line
   with one factor between them where their points fit it (``_joint_lines``).
+- a drafter that looks its drafts up in the text (the engine's vocabulary says which) drafts only
+  where the text matches: its step time is no line in k, so its measured points always stand for
+  themselves and the line serves only the draft lengths not measured.
 - a drafter whose points misfit their line, but fit it once one draft length measured in a single
   start is left out (and no other single one would do): the line is fitted without it, and that
   draft length (a lone start) is an unlucky start or a real step. One start cannot say which, so
@@ -32,7 +35,7 @@ Rates for any k from these fits with acceptance draws: analysis/rates.py.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -193,13 +196,18 @@ def fit_throughput_model(
     *,
     fallback_relative_sd: float = FALLBACK_RELATIVE_SD,
     run_noise: tuple[float, int] | None = None,
+    lookups: Collection[Drafter] = (),
 ) -> ThroughputModel:
     """Step time per (concurrency, drafter) from measured rates. FitError when nothing is usable.
 
     ``run_noise``: (relative sd, degrees of freedom) of one measurement from server starts of the
     same configuration (analysis/noise.py). When given it is the model's pooled noise: a measured
     point is as good as a repeat says, whatever misfit a line across draft lengths shows (a
-    line's own residuals still widen its band where they are larger)."""
+    line's own residuals still widen its band where they are larger).
+
+    ``lookups``: drafters that look their drafts up in the text (the engine's vocabulary says
+    which). They draft only where the text matches, so their step time is no line in k whatever a
+    noise test says: their measured points always stand for themselves."""
     usable = []
     for o in observations:
         values = (o.output_tokens_per_s, o.tokens_per_step, o.weight)
@@ -229,8 +237,9 @@ def fit_throughput_model(
         if drafter is None or len({p.num_speculative_tokens for p, _, _ in pts}) >= 2:
             off_points = points.get((concurrency, None)) if drafter is not None else None
             lines[(concurrency, drafter)] = _fit_line(
-                concurrency, drafter, pts, off_points, pooled, pooled_df, pool=run_noise is not None
-            )
+                concurrency, drafter, pts, off_points, pooled, pooled_df, pool=run_noise is not None,
+                looks_up=drafter in lookups,
+            )  # fmt: skip
     for (concurrency, drafter), pts in order:
         if (concurrency, drafter) in lines:
             continue
@@ -325,9 +334,11 @@ def _fit_line(
     pooled_df: int,
     *,
     pool: bool = False,
+    looks_up: bool = False,
 ) -> StepTimeFit:
     """One line; its noise is the study's pooled noise (one measurement noise for the whole
-    study, estimated from every fit's residuals), or the line's own when that is larger."""
+    study, estimated from every fit's residuals), or the line's own when that is larger. A drafter
+    that ``looks_up`` its drafts is never a line in k: its measured points stand for themselves."""
     ks, times, weights = _stack(pts)
     points = tuple(p for p, _, _ in pts)
     if drafter is None:  # speculation off: measured only, nothing to extrapolate
@@ -341,9 +352,16 @@ def _fit_line(
         sd = max(math.sqrt(residual / own_df), pooled) if own_df > 0 else pooled
         # Only a known run-to-run noise can say a line fits its points: the fallback's 7% would pass
         # a step-shaped T as a line and overwrite what was measured.
-        fits = pool and _line_fits(points, coef, pooled)
+        fits = pool and not looks_up and _line_fits(points, coef, pooled)
         misfit = pool and len(points) >= 3 and not fits
-        lone = _lone_start(pts, pooled) if misfit else None
+        lone = _lone_start(pts, pooled) if misfit and not looks_up else None
+        if looks_up and len(points) >= 3:
+            basis = (
+                f"weighted least squares over {len(points)} draft lengths; the drafter looks its drafts up, so its "
+                "step time is no line in k: measured points stand for themselves"
+            )
+            fit = _record(concurrency, drafter, points, coef[0], coef[1], inverse * sd**2, sd, pooled_df, basis, False)
+            return replace(fit, misfit=pool)
         if lone is not None:
             coef, inverse, residual, own_df = _wls(*_stack([e for e in pts if e[0] is not lone]))
             sd = max(math.sqrt(residual / own_df), pooled) if own_df > 0 else pooled

@@ -192,6 +192,13 @@ def drafts_from_a_distribution(spec: SpeculativeConfig) -> bool:
     return spec_type_of(spec.method, spec.extra.get("spec_type")) in SAMPLING_TYPES
 
 
+def looks_up(spec: SpeculativeConfig) -> bool:
+    """Whether the drafter looks its drafts up in the text: the n-gram types. eagle3, dflash and
+    dspark take the draft's top token, so their draft sampling changes nothing, but they draft at
+    every step like any draft model."""
+    return spec_type_of(spec.method, spec.extra.get("spec_type")) in NGRAM_TYPES
+
+
 def never_drafts(spec: SpeculativeConfig) -> str | None:
     """Why a configuration can never draft, whatever the text (None: it can).
 

@@ -34,6 +34,8 @@ class EngineInfo:
     validate_spec: Callable[..., SpeculativeConfig] = vllm.validate_speculative_config
     # Whether a config's drafter samples its drafts (so draft_sample_method changes anything).
     drafts_from_a_distribution: Callable[[SpeculativeConfig], bool] = vllm.drafts_from_a_distribution
+    # Whether a config's drafter looks its drafts up in the text (its step time is then no line in k).
+    looks_up: Callable[[SpeculativeConfig], bool] = vllm.looks_up
     # Why a config can never draft, whatever the text (None: it can).
     never_drafts: Callable[[SpeculativeConfig], str | None] = lambda spec: None
     # Set where the flags depend on the build: the flag names its ``--help`` text lists.
@@ -84,6 +86,7 @@ ENGINES = {
         validate_spec=llamacpp.validate_spec_config,
         drafts_from_a_distribution=llamacpp.drafts_from_a_distribution,
         never_drafts=llamacpp.never_drafts,
+        looks_up=llamacpp.looks_up,
         parse_help=llamacpp.parse_help_flags,
         table_refusal=llamacpp.table_refusal,
         vocabulary_note=llamacpp.vocabulary_note,

@@ -335,9 +335,14 @@ def _validate_per_batch_size(value: Any) -> tuple[BatchSizeRange, ...] | None:
 LOOKUP_METHODS = ("ngram", "ngram_gpu", "suffix")
 
 
+def looks_up(spec: SpeculativeConfig) -> bool:
+    """Whether the drafter looks its drafts up in the text (it drafts only where the text matches)."""
+    return spec.method in LOOKUP_METHODS
+
+
 def drafts_from_a_distribution(spec: SpeculativeConfig) -> bool:
     """Whether the drafter samples its drafts, so that greedy and probabilistic drafting differ."""
-    return spec.method not in LOOKUP_METHODS
+    return not looks_up(spec)
 
 
 def render_spec_args(spec: SpeculativeConfig | None) -> list[str]:

@@ -67,6 +67,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
         validate=engine.validate_spec,
         samples_drafts=engine.drafts_from_a_distribution,
         never_drafts=engine.never_drafts,
+        looks_up=engine.looks_up,
     )
     check_space(space, config.source, config.search.baseline)
     help_flags = read_help_flags(config.server, engine)  # llama.cpp: the flags this build takes

@@ -25,6 +25,7 @@ from specsweep.engines.vllm import (
     shorthand_flags_in,
     validate_speculative_config,
 )
+from specsweep.engines.vllm import looks_up as vllm_looks_up
 from specsweep.errors import ConfigError
 from specsweep.types import SpeculativeConfig
 
@@ -43,6 +44,7 @@ class Space:
     validate: Callable[[dict[str, Any]], SpeculativeConfig] = validate_speculative_config  # the engine's rules
     samples_drafts: Callable[[SpeculativeConfig], bool] = drafts_from_a_distribution
     never_drafts: Callable[[SpeculativeConfig], str | None] = lambda spec: None  # the engine's rule
+    looks_up: Callable[[SpeculativeConfig], bool] = vllm_looks_up  # the engine's: drafts looked up in the text
 
     def grid(self) -> dict[str, list[Any]]:
         """Every parameter with every value: optuna GridSampler's search space."""
@@ -148,6 +150,7 @@ def build_space(
     validate: Callable[[dict[str, Any]], SpeculativeConfig] = validate_speculative_config,
     samples_drafts: Callable[[SpeculativeConfig], bool] = drafts_from_a_distribution,
     never_drafts: Callable[[SpeculativeConfig], str | None] = lambda spec: None,
+    looks_up: Callable[[SpeculativeConfig], bool] = vllm_looks_up,
 ) -> Space:
     """The effective space for a study: drop what cannot make a difference."""
     low, high = search.num_speculative_tokens
@@ -165,6 +168,7 @@ def build_space(
         validate=validate,
         samples_drafts=samples_drafts,
         never_drafts=never_drafts,
+        looks_up=looks_up,
     )
 
 

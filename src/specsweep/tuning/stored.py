@@ -110,7 +110,13 @@ def analyze_stored_study(
     engine = engine_info(paste_engine or settings.engine)
     if max_itl_p99_s is not None:
         settings = replace(settings, max_itl_p99_s=max_itl_p99_s)
-    analysis = analyze_with_settings(configs, settings, seed=seed, table_refusal=engine.table_refusal)
+    try:
+        looks_up = engine_info(settings.engine).looks_up  # the drafters of the server that was measured
+    except ConfigError:
+        looks_up = None
+    analysis = analyze_with_settings(
+        configs, settings, seed=seed, table_refusal=engine.table_refusal, looks_up=looks_up
+    )
     return StoredAnalysis(analysis=analysis, configs=configs, settings=settings)
 
 

@@ -30,7 +30,7 @@ the time those leave at the study's mean start: "start 4 of at most 11, about 6 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -47,10 +47,11 @@ from specsweep.analysis.value import (
     start_values,
     within_tolerance,
 )
-from specsweep.errors import FitError
+from specsweep.engines.registry import engine_info
+from specsweep.errors import ConfigError, FitError
 from specsweep.tuning.records import TrialRecord
 from specsweep.tuning.space import OFF_KEY, Space, config_key
-from specsweep.types import MeasuredConfig, StudySettings
+from specsweep.types import MeasuredConfig, SpeculativeConfig, StudySettings
 
 DRAWS = 400  # joint rate draws per cell the values are computed on
 MAX_STARTS = 3  # server starts of one configuration, repeats included
@@ -248,7 +249,9 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     mconfigs = [t.measured_config() for t in state.measured]
     k_max = max(c.k for c in state.configs.values())
     noise = {w: n for w in settings.workloads if (n := run_to_run_noise(mconfigs, w, settings.noise_prior))}
-    models = model_search(mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior)
+    models = model_search(
+        mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior, looks_up=_looks_up(settings)
+    )
     extra: dict[str, Any] = {"noise": noise, "models": models}
     if not any(m.fits for m in models.values()):
         if state.untried:
@@ -433,16 +436,25 @@ def model_search(
     *,
     k_max: int,
     noise_prior: Any = None,
+    looks_up: Callable[[SpeculativeConfig], bool] | None = None,
 ) -> dict[str, WorkloadModel]:
     """The report's models of every workload."""
     k_max = study_k_max(configs, k_max)
     out = {}
     for name in workloads:
         try:
-            out[name] = model_workload(configs, name, k_max=k_max, noise_prior=noise_prior)
+            out[name] = model_workload(configs, name, k_max=k_max, noise_prior=noise_prior, looks_up=looks_up)
         except FitError:
             continue
     return out
+
+
+def _looks_up(settings: StudySettings) -> Callable[[SpeculativeConfig], bool] | None:
+    """The study's engine's rule for drafters that look their drafts up (None: an engine not known here)."""
+    try:
+        return engine_info(settings.engine).looks_up
+    except ConfigError:
+        return None
 
 
 def _space_configs(space: Space) -> dict[str, _Config]:
@@ -456,6 +468,6 @@ def _space_configs(space: Space) -> dict[str, _Config]:
         drafter = drafter_of(spec)
         k = int(params["num_speculative_tokens"])
         candidate = Candidate(drafter=drafter if k else None, num_speculative_tokens=k if drafter else 0)
-        looks_up = spec is not None and not space.samples_drafts(spec)
+        looks_up = spec is not None and space.looks_up(spec)
         out[config_key(spec)] = _Config(key=config_key(spec), params=params, candidate=candidate, looks_up=looks_up)
     return out

@@ -157,6 +157,7 @@ class StudyRunner:
             validate=self.engine.validate_spec,
             samples_drafts=self.engine.drafts_from_a_distribution,
             never_drafts=self.engine.never_drafts,
+            looks_up=self.engine.looks_up,
         )
         check_space(self.space, config.source, config.search.baseline)
         check_start_command(config.server.start, config.server.engine, config.source)
