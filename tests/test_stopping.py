@@ -141,6 +141,19 @@ def test_a_precise_rate_is_precise_where_step_times_spread_with_how_often_the_te
     assert stop_reason(target(min_requests=4), spread) is None
 
 
+def test_where_the_rate_decides_only_a_precise_rate_is_precise() -> None:
+    """A drafter that looks its drafts up is ranked on its rate as measured. Four requests whose
+    step times agree within 1% while their rates spread 17% (the texts drafted 2.0 to 3.0 tokens
+    per step) stop as precise on the step time, but not where the rate decides: those go on until
+    the rate's own half-width is within the precision."""
+    records = drafted([2.0, 3.0, 2.5, 2.2])
+    assert stop_reason(target(min_requests=4), records) == "precise"
+    assert stop_reason(target(min_requests=4, rate_decides=True), records) is None
+    agreeing = drafted([2.5, 2.5, 2.52, 2.48])
+    assert Z * estimate_rate(agreeing, 1).relative_se <= 0.03
+    assert stop_reason(target(min_requests=4, rate_decides=True), agreeing) == "precise"
+
+
 def test_a_configuration_far_behind_the_best_stops_one_far_ahead_too_a_close_one_goes_on() -> None:
     spread = requests([27.0, 33.0, 27.0])  # 30 tok/s, about 12% z se
     assert stop_reason(target(best_tokens_per_s=40.0, best_noise=0.01), spread) == "cannot win"

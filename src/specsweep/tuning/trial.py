@@ -59,12 +59,14 @@ def level_targets(
     key: str,
     contender: bool,
     acceptance_run: bool,
+    rate_decides: bool = False,
 ) -> dict[str, dict[int, LevelTarget]] | None:
     """What each level of the next trial must settle (None: a fixed budget, ``measure.requests``).
 
     ``contender``: a configuration measured again on purpose (the noise, tied leaders, a
     recommendation to confirm): it is not stopped for being behind. ``acceptance_run``: the
     drafter's largest k so far, whose counters fit the acceptance of every shorter draft.
+    ``rate_decides``: its drafter looks its drafts up, so only a precise rate stops it as precise.
     Rates are the rig's (modelled on the emulator), as the measurement gives them.
     """
     m = config.measure
@@ -84,6 +86,7 @@ def level_targets(
                 precision=m.precision,
                 best_tokens_per_s=rivals[0].tokens_per_s if rivals and not contender else None,
                 best_noise=noise.relative_sd if noise is not None else None,
+                rate_decides=rate_decides,
             )
         out[workload] = levels
     return out
