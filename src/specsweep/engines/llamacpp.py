@@ -213,8 +213,8 @@ def never_drafts(spec: SpeculativeConfig) -> str | None:
     if not 0 < k < size_n:
         return None
     return (
-        f"llama.cpp's ngram-simple drafts nothing below its lookup length ({size_n}): it copies no draft "
-        "shorter than the n-gram it looked up"
+        f"llama.cpp's ngram-simple drafts nothing below its lookup length ({size_n}: prompt_lookup_min, 12 when "
+        "unset): it copies no draft shorter than the n-gram it looked up"
     )
 
 

@@ -25,7 +25,7 @@ from specsweep.engines.vllm import (
     shorthand_flags_in,
     validate_speculative_config,
 )
-from specsweep.engines.vllm import looks_up as vllm_looks_up
+from specsweep.engines.vllm import looks_up as vllm_looks_up  # the default engine's rule
 from specsweep.errors import ConfigError
 from specsweep.types import SpeculativeConfig
 
@@ -110,7 +110,7 @@ class Space:
             listed = ", ".join(str(k) for k in sorted(set(ks)))
             line = f"k = {listed}: {reason}, so those configurations run as speculation off, whatever the text"
             if not drafting:
-                line += "; nothing in this space drafts: set search.fixed.prompt_lookup_min to at most the smallest k"
+                line += "; nothing in this space drafts, so the study would measure speculation off alone"
             out.append(line + ".")
         return out
 
