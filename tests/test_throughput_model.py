@@ -376,3 +376,17 @@ def test_a_drafter_that_looks_its_drafts_up_keeps_its_measured_points_where_a_li
     )  # fmt: skip
     (k7,) = [r for r in rows if r.candidate.num_speculative_tokens == 7]
     assert k7.tokens_per_s == pytest.approx(observations[5].output_tokens_per_s)
+
+
+def test_a_configuration_that_never_drafts_is_neither_chosen_nor_named_tied():
+    """A draft length the engine runs as speculation off (llama.cpp's ngram-simple below its lookup
+    length) is not a candidate of its own: with the truth's best k marked so, the recommendation is
+    another k and never names it, though the model predicts it best."""
+    observations = [observe(k, 1) for k in (0, 1, 3, 5, 8)]
+    model = fit_throughput_model(observations)
+    best = Candidate(drafter=DSPARK, num_speculative_tokens=true_best_k(1))
+    free = recommend_draft_length(model, {DSPARK: S}, concurrency=1)
+    assert free.choice == best
+    held = recommend_draft_length(model, {DSPARK: S}, concurrency=1, idle={best})
+    assert held.choice != best and best not in held.tied
+    assert held.choice.num_speculative_tokens in (best.num_speculative_tokens - 1, best.num_speculative_tokens + 1)

@@ -16,7 +16,7 @@ Gains are fractions: 0.12 means 12% more tokens per second.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,20 +97,23 @@ def recommend_draft_length(
     acceptance_scale: Mapping[Drafter, Mapping[int, float]] | None = None,
     tolerance: float = 0.01,
     limit: LatencyLimit | None = None,
+    idle: Collection[Candidate] = (),
 ) -> Recommendation:
     """Best k and drafter for one workload at one measured concurrency (see the module doc).
 
     ``acceptance_scale``: see sample_rates. ``tolerance``: a tied candidate that cannot be more
     than this share faster or slower than the choice is one either of which is fine. ``limit``: a latency
     target; only the candidates it keeps compete (all of them, said in the reason, when it keeps
-    none)."""
+    none). ``idle``: configurations the engine runs as speculation off (they never draft): not
+    candidates of their own."""
     sample = sample_rates(
         model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed,
         acceptance_scale=acceptance_scale, workload=workload or None,
     )  # fmt: skip
-    kept = [j for j, c in enumerate(sample.candidates) if limit is None or limit.allows(c)]
+    runnable = [j for j, c in enumerate(sample.candidates) if c not in idle]
+    kept = [j for j in runnable if limit is None or limit.allows(sample.candidates[j])]
     unmet = limit is not None and not kept
-    kept = kept or list(range(len(sample.candidates)))
+    kept = kept or runnable
     chosen = max(kept, key=lambda j: sample.tokens_per_s[j])
     shortfall = sample.draws[:, chosen : chosen + 1] - sample.draws
     shortfall_point = sample.tokens_per_s[chosen] - sample.tokens_per_s

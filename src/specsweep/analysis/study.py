@@ -17,12 +17,12 @@ Pure: no storage, no I/O. The report and the CLI render what this returns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from specsweep.analysis.aggregate import fit_aggregate_acceptance
-from specsweep.analysis.drafters import Drafter, candidate_of, drafter_of
+from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, drafter_of
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
 from specsweep.analysis.latency import itl_limit
 from specsweep.analysis.noise import run_to_run_noise
@@ -143,6 +143,7 @@ def analyze_study(
     table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
     max_itl_p99_s: float | None = None,
     looks_up: Callable[[SpeculativeConfig], bool] | None = None,
+    idle: Collection[Candidate] = (),
 ) -> StudyAnalysis:
     """Fit, model and recommend for every workload and concurrency level a study measured.
 
@@ -191,6 +192,12 @@ def analyze_study(
                     "an unlucky start or a real step, which one start cannot tell; the model holds both until a "
                     "repeat of it does."
                 )
+            elif fit.looks_up and fit.misfit and fit.drafter is not None:
+                notes.append(
+                    f"{workload}: at concurrency {fit.concurrency}, {fit.drafter.label} looks its drafts up in the "
+                    "text, so its step time is no line in k: each measured configuration is ranked on what it "
+                    "measured, and the line only fills the draft lengths not measured."
+                )
             elif fit.misfit and fit.drafter is not None:
                 notes.append(
                     f"{workload}: at concurrency {fit.concurrency}, {fit.drafter.label}'s measured step times are "
@@ -226,6 +233,7 @@ def analyze_study(
                     k_min=k_min,
                     tolerance=tolerance,
                     limit=limit,
+                    idle=idle,
                     concurrency=level,
                     k_max=k_max,
                     confidence=confidence,
@@ -264,6 +272,7 @@ def analyze_with_settings(
     seed: int = 0,
     table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
     looks_up: Callable[[SpeculativeConfig], bool] | None = None,
+    idle: Collection[Candidate] = (),
 ) -> StudyAnalysis:
     """:func:`analyze_study` of a study's measured configurations as its settings ask: the search
     decides on, and the report draws, this one analysis (``table_refusal``: the engine's, for
@@ -283,6 +292,7 @@ def analyze_with_settings(
         table_refusal=table_refusal,
         max_itl_p99_s=settings.max_itl_p99_s,
         looks_up=looks_up,
+        idle=idle,
     )
 
 

@@ -128,6 +128,8 @@ class StepTimeFit:
     line_fits: bool = False
     # The same test failed: the measured means are off the line by more than the run-to-run noise.
     misfit: bool = False
+    # The drafter looks its drafts up in the text: no line in k whatever the test says (misfit too).
+    looks_up: bool = False
     shaped_like: Drafter | None = None  # measured at one draft length, shaped like this sibling's line
     # One line for both draft samplings of a method: this drafter's steps are ``sibling_factor``
     # times those of ``scaled_from``, whose line pools both. ``joint_covariance`` is that of
@@ -361,7 +363,7 @@ def _fit_line(
                 "step time is no line in k: measured points stand for themselves"
             )
             fit = _record(concurrency, drafter, points, coef[0], coef[1], inverse * sd**2, sd, pooled_df, basis, False)
-            return replace(fit, misfit=pool)
+            return replace(fit, misfit=pool, looks_up=True)
         if lone is not None:
             coef, inverse, residual, own_df = _wls(*_stack([e for e in pts if e[0] is not lone]))
             sd = max(math.sqrt(residual / own_df), pooled) if own_df > 0 else pooled

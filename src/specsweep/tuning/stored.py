@@ -11,12 +11,13 @@ speculation off and over the baseline (the configuration run today) when both we
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import optuna
 
+from specsweep.analysis.drafters import Candidate, drafter_of
 from specsweep.analysis.study import StudyAnalysis, analyze_with_settings, measured_rates
 from specsweep.engines.registry import engine_info
 from specsweep.errors import ConfigError, FitError
@@ -24,7 +25,7 @@ from specsweep.tuning.records import measured_configs
 from specsweep.tuning.space import OFF_KEY
 from specsweep.tuning.storage import open_storage, redact_password
 from specsweep.tuning.study_settings import read_study_settings
-from specsweep.types import MeasuredConfig, StudySettings
+from specsweep.types import MeasuredConfig, SpeculativeConfig, StudySettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,11 +112,13 @@ def analyze_stored_study(
     if max_itl_p99_s is not None:
         settings = replace(settings, max_itl_p99_s=max_itl_p99_s)
     try:
-        looks_up = engine_info(settings.engine).looks_up  # the drafters of the server that was measured
+        measured_on = engine_info(settings.engine)  # the server that was measured
     except ConfigError:
-        looks_up = None
+        measured_on = None
+    looks_up = measured_on.looks_up if measured_on is not None else None
+    idle = never_drafting(configs, measured_on.never_drafts, settings.k_max) if measured_on is not None else ()
     analysis = analyze_with_settings(
-        configs, settings, seed=seed, table_refusal=engine.table_refusal, looks_up=looks_up
+        configs, settings, seed=seed, table_refusal=engine.table_refusal, looks_up=looks_up, idle=idle
     )
     return StoredAnalysis(analysis=analysis, configs=configs, settings=settings)
 
@@ -155,3 +158,19 @@ def load_stored_study(folder: Path | None, *, storage: str | None = None, name: 
             f"there is no study {name!r} in {redact_password(storage)} (studies there: {', '.join(names) or 'none'}); "
             "pass --study-name."
         ) from None
+
+
+def never_drafting(
+    configs: Sequence[MeasuredConfig], never_drafts: Callable[[SpeculativeConfig], str | None], k_max: int | None
+) -> frozenset[Candidate]:
+    """Each measured drafter's draft lengths up to ``k_max`` that the engine runs as speculation off."""
+    out = set()
+    for config in configs:
+        if config.spec is None or not config.spec.num_speculative_tokens:
+            continue
+        top = max(k_max or 0, config.spec.num_speculative_tokens)
+        for k in range(1, top + 1):
+            spec = replace(config.spec, num_speculative_tokens=k)
+            if never_drafts(spec):
+                out.add(Candidate(drafter=drafter_of(spec), num_speculative_tokens=k))
+    return frozenset(out)
