@@ -119,6 +119,11 @@ def engine_info(name: str) -> EngineInfo:
         raise ConfigError(f"unknown engine {name!r}; choose one of: " + ", ".join(ENGINES) + ".") from None
 
 
+def known_engine(name: str) -> EngineInfo | None:
+    """The engine called ``name``, or None where this version does not know it (a stored study's)."""
+    return ENGINES.get(name)
+
+
 # The engine a snippet format pastes to.
 FORMAT_ENGINES = {"sglang": "sglang", "llama.cpp": "llama.cpp"}
 

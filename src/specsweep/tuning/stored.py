@@ -19,7 +19,7 @@ import optuna
 
 from specsweep.analysis.drafters import Candidate, drafter_of
 from specsweep.analysis.study import StudyAnalysis, analyze_with_settings, measured_rates
-from specsweep.engines.registry import engine_info
+from specsweep.engines.registry import engine_info, known_engine
 from specsweep.errors import ConfigError, FitError
 from specsweep.tuning.records import measured_configs
 from specsweep.tuning.space import OFF_KEY
@@ -111,10 +111,7 @@ def analyze_stored_study(
     engine = engine_info(paste_engine or settings.engine)
     if max_itl_p99_s is not None:
         settings = replace(settings, max_itl_p99_s=max_itl_p99_s)
-    try:
-        measured_on = engine_info(settings.engine)  # the server that was measured
-    except ConfigError:
-        measured_on = None
+    measured_on = known_engine(settings.engine)  # the server that was measured
     looks_up = measured_on.looks_up if measured_on is not None else None
     idle = never_drafting(configs, measured_on.never_drafts, settings.k_max) if measured_on is not None else ()
     analysis = analyze_with_settings(

@@ -47,8 +47,8 @@ from specsweep.analysis.value import (
     start_values,
     within_tolerance,
 )
-from specsweep.engines.registry import engine_info
-from specsweep.errors import ConfigError, FitError
+from specsweep.engines.registry import known_engine
+from specsweep.errors import FitError
 from specsweep.tuning.records import TrialRecord
 from specsweep.tuning.space import OFF_KEY, Space, config_key
 from specsweep.types import MeasuredConfig, SpeculativeConfig, StudySettings
@@ -451,10 +451,8 @@ def model_search(
 
 def _looks_up(settings: StudySettings) -> Callable[[SpeculativeConfig], bool] | None:
     """The study's engine's rule for drafters that look their drafts up (None: an engine not known here)."""
-    try:
-        return engine_info(settings.engine).looks_up
-    except ConfigError:
-        return None
+    engine = known_engine(settings.engine)
+    return engine.looks_up if engine is not None else None
 
 
 def _space_configs(space: Space) -> dict[str, _Config]:

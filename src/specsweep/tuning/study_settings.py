@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import optuna
 
-from specsweep.engines.registry import engine_info
-from specsweep.errors import ConfigError
+from specsweep.engines.registry import known_engine
 from specsweep.tuning.records import measured_configs, spec_from_json
 from specsweep.tuning.space import OFF_KEY
 from specsweep.types import MeasuredConfig, RunNoisePrior, StudySettings
@@ -65,10 +64,8 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
 
 def _engine_noise(engine: str) -> RunNoisePrior | None:
     """What starts of the study's engine usually vary by (None: an engine this version does not know)."""
-    try:
-        return engine_info(engine).run_noise
-    except ConfigError:
-        return None
+    known = known_engine(engine)
+    return known.run_noise if known is not None else None
 
 
 def write_engine_flags(study: optuna.Study, flags: frozenset[str] | None) -> None:
