@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
 from specsweep.analysis.noise import MIN_RELATIVE_SD, run_to_run_noise
+from specsweep.engines import vllm
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, RunNoisePrior
 
@@ -150,3 +152,20 @@ def test_a_line_is_tested_at_the_noise_the_repeats_show_not_at_the_prior_alone()
     assert noise.df == 2 + 3
     # the factors' own spread around the line, pooled with the prior's 2% (2 df)
     assert 0.06 < noise.relative_sd < 0.11
+
+
+def test_a_drafter_that_looks_its_drafts_up_gives_no_line_however_well_its_points_fit() -> None:
+    """An n-gram drafter's step time follows where the text matches, not k: five steady starts
+    that happen to sit on a line are no measure of the noise, and the engine's rule says so."""
+    factors = [1.02, 0.98, 1.0, 1.01, 0.99]
+    configs = []
+    for k, f in zip(range(1, 6), factors, strict=True):
+        row = measured(k, k, "greedy", f)
+        spec = validate_speculative_config({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4})
+        configs.append(replace(row, spec=spec, key=f"ngram-{k}"))
+    prior = RunNoisePrior(relative_sd=0.05, df=2, source="test")
+    unknown = run_to_run_noise(configs, "prose", prior)  # no rule: taken for a line of a drafting model
+    assert unknown is not None and unknown.lines == 2 and unknown.df == 3 and unknown.relative_sd < 0.04
+    noise = run_to_run_noise(configs, "prose", prior, looks_up=vllm.looks_up)
+    assert noise is not None and noise.lines == 0 and noise.df == 0
+    assert noise.relative_sd == pytest.approx(0.05)  # the usual noise alone, not the line's luck

@@ -17,7 +17,9 @@ Two kinds of evidence, per workload and concurrency level, on the log scale of s
   times fit a line in k (their misses' chi-square below its 95th percentile at the noise the
   rest of the evidence shows, pooled with the engine's usual noise), the misses are run-to-run
   noise, K - 2 degrees of freedom per level; a line they misfit is shape (captured graph sizes,
-  drafting only where text matches) and is left out.
+  drafting only where text matches) and is left out. A drafter that looks its drafts up in the
+  text (the engine's ``looks_up``) gives no line at all: its step time follows where the text
+  matches, and a line its few points happen to fit would pass that shape off as noise.
 
 Before any of these exists, and pooled with them as its degrees of freedom, the engine's usual noise
 (a ``RunNoisePrior``: what starts of that engine usually vary by, an assumption the study's own
@@ -46,14 +48,14 @@ Pure: no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from scipy import stats
 
-from specsweep.analysis.drafters import Drafter
+from specsweep.analysis.drafters import Drafter, lookup_drafters
 from specsweep.analysis.throughput import study_observations
-from specsweep.types import MeasuredConfig, RunNoisePrior
+from specsweep.types import MeasuredConfig, RunNoisePrior, SpeculativeConfig
 
 LINE_FIT_LEVEL = 0.95  # a line whose misses exceed this chi-square quantile at the usual noise misfits: not noise
 MIN_RELATIVE_SD = 0.01  # a sd from a handful of repeats below this is luck (the measurement alone is ~1.5% off)
@@ -116,11 +118,17 @@ Cells = dict[tuple[Drafter | None, int], dict[int, list[tuple[int, float]]]]  # 
 
 
 def run_to_run_noise(
-    configs: Sequence[MeasuredConfig], workload: str, prior: RunNoisePrior | None = None
+    configs: Sequence[MeasuredConfig],
+    workload: str,
+    prior: RunNoisePrior | None = None,
+    *,
+    looks_up: Callable[[SpeculativeConfig], bool] | None = None,
 ) -> RunNoise | None:
     """The run-to-run relative sd of ``workload`` from repeats and sibling pairs, pooled with the
     engine's ``prior`` as that many degrees of freedom, never below the starts' own request
-    spread (None: neither measured, and no prior)."""
+    spread (None: neither measured, and no prior). ``looks_up``: the engine's rule for drafters
+    that look their drafts up; their step time is no line in k, so their lines are no evidence."""
+    lookups = lookup_drafters((c.spec for c in configs), looks_up)
     cells: Cells = {}
     within: list[float] = []
     for config in configs:
@@ -156,6 +164,8 @@ def run_to_run_noise(
         pairs.update((method, k) for k, _, _ in ratios)
     candidates = {}
     for (drafter, level), line_points in _line_points(cells).items():
+        if drafter in lookups:
+            continue  # a line through them, fitting or not, says nothing of the noise
         misses = _line_misses(line_points)
         if misses is not None:
             candidates[(drafter, level)] = (misses, len(line_points) - 2)

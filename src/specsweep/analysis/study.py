@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specsweep.analysis.aggregate import fit_aggregate_acceptance
-from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, drafter_of
+from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, drafter_of, lookup_drafters
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
 from specsweep.analysis.latency import itl_limit
 from specsweep.analysis.noise import run_to_run_noise
@@ -75,12 +75,9 @@ def model_workload(
     feasible = [c for c in configs if c.feasible]
     acceptance = drafter_acceptance(feasible, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
     observations = study_observations(feasible, workload)
-    noise = run_to_run_noise(feasible, workload, noise_prior)
+    noise = run_to_run_noise(feasible, workload, noise_prior, looks_up=looks_up)
     run_noise = None if noise is None else (noise.relative_sd, noise.df + (noise.prior.df if noise.prior else 0))
-    lookups = frozenset(
-        d for c in feasible if c.spec is not None and looks_up is not None and looks_up(c.spec)
-        if (d := drafter_of(c.spec)) is not None
-    )  # fmt: skip
+    lookups = lookup_drafters((c.spec for c in feasible), looks_up)
     throughput = fit_throughput_model(observations, run_noise=run_noise, lookups=lookups) if observations else None
     return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput)
 

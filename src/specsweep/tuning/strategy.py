@@ -248,9 +248,11 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     """The start whose expected gain is worth most per minute, if any is worth its cost."""
     mconfigs = [t.measured_config() for t in state.measured]
     k_max = max(c.k for c in state.configs.values())
-    noise = {w: n for w in settings.workloads if (n := run_to_run_noise(mconfigs, w, settings.noise_prior))}
+    looks_up = _looks_up(settings)
+    found = {w: run_to_run_noise(mconfigs, w, settings.noise_prior, looks_up=looks_up) for w in settings.workloads}
+    noise = {w: n for w, n in found.items() if n is not None}
     models = model_search(
-        mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior, looks_up=_looks_up(settings)
+        mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior, looks_up=looks_up
     )
     extra: dict[str, Any] = {"noise": noise, "models": models}
     if not any(m.fits for m in models.values()):

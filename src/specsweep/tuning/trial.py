@@ -74,7 +74,8 @@ def level_targets(
         return None
     out: dict[str, dict[int, LevelTarget]] = {}
     for workload in config.workloads:
-        noise = run_to_run_noise(measured, workload, engine_info(config.server.engine).run_noise)
+        engine = engine_info(config.server.engine)
+        noise = run_to_run_noise(measured, workload, engine.run_noise, looks_up=engine.looks_up)
         levels = {}
         for level in m.concurrency:
             rivals = [r for r in measured_rates(measured, workload, level) if r.key != key]
