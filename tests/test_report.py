@@ -131,6 +131,25 @@ def test_sparse_measurements_still_land_near_the_optimum() -> None:
         assert rates[k] >= 0.98 * max(rates.values()), (level, k, rates)
 
 
+def test_draft_lengths_the_engine_runs_as_speculation_off_are_not_drawn_as_points_of_their_own() -> None:
+    """A configuration the engine never drafts with (llama.cpp's ngram-simple below its lookup
+    length) is not predicted, drawn or recommended: the predictions and the figure skip it."""
+    configs = simulated_configs("technical", (1, 3, 5), ("probabilistic",), seed=3)
+    drafter = Drafter(method="dspark", draft_sample_method="probabilistic")
+    idle = {Candidate(drafter=drafter, num_speculative_tokens=k) for k in (1, 2)}
+    args = dict(workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=5)
+    free = analyze_study(configs, **args)
+    held = analyze_study(configs, idle=idle, **args)
+    for analysis, drawn in ((free, [0, 1, 2, 3, 4, 5]), (held, [0, 3, 4, 5])):
+        for block in analysis.predictions:
+            assert sorted(r.candidate.num_speculative_tokens for r in block.rows) == drawn
+        (panel, *_) = throughput_figure_data(analysis, "technical").panels
+        (band,) = [s for s in panel.series if s.style == "band"]
+        assert band.x == tuple(float(k) for k in drawn)
+    for level in LEVELS:
+        assert held.recommendation("technical", level).choice not in idle
+
+
 def test_snippet_carries_a_per_batch_table_when_levels_disagree() -> None:
     configs = simulated_configs("technical", range(1, 6), ("probabilistic",))
     analysis = analyze_study(

@@ -208,15 +208,19 @@ def analyze_study(
                 WorkloadPredictions(
                     workload=workload,
                     concurrency=level,
-                    rows=predict_throughput(
-                        model,
-                        model_inputs,
-                        workload=workload,
-                        concurrency=level,
-                        k_max=k_max,
-                        confidence=confidence,
-                        draws=draws,
-                        seed=seed,
+                    rows=tuple(
+                        row
+                        for row in predict_throughput(
+                            model,
+                            model_inputs,
+                            workload=workload,
+                            concurrency=level,
+                            k_max=k_max,
+                            confidence=confidence,
+                            draws=draws,
+                            seed=seed,
+                        )
+                        if row.candidate not in idle  # the engine runs it as speculation off: no point of its own
                     ),
                 )
             )
