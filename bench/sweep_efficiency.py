@@ -1,6 +1,6 @@
 """Restarts to the optimum: specsweep's model-guided search against optuna's GridSampler and TPESampler.
 
-    python bench/sweep_efficiency.py [--seeds 5] [--noise 0.02] [--requests 32]
+    python bench/sweep_efficiency.py [--seeds 10] [--noise 0.02] [--requests 32] [--profiles NAME,...]
 
 Cases: every (profile, workload) of the 2 bundled emulator profiles and the 6 in bench/profiles/
 (varied decay shapes, draft costs, max_num_seqs; two whose step time is not a line in k: CUDA
@@ -329,7 +329,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--noise", type=float, default=0.02, help="relative sd of one measured rate")
     parser.add_argument("--requests", type=int, default=32, help="requests per level (sets the drafts counted)")
+    parser.add_argument("--profiles", default="", help="only cases whose profile name holds one of these (a,b,...)")
     args = parser.parse_args()
+    wanted = [w for w in args.profiles.split(",") if w]
+    profiles = [(n, c) for n, c in PROFILES if not wanted or any(w in Path(n).stem for w in wanted)]
+    if not profiles:
+        parser.error(f"no case's profile matches {args.profiles!r}")
     started = time.monotonic()
     print(
         f"simulated trials: truth x lognormal noise (sd {args.noise:.0%}), binomial acceptance counts from "
@@ -343,7 +348,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     runs: list[tuple[Case, Run]] = []
-    for name, concurrency in PROFILES:
+    for name, concurrency in profiles:
         profile = load_profile(name)
         for workload in ("prose", "technical"):
             case = build_case(profile, workload, concurrency)
