@@ -25,7 +25,7 @@ from specsweep.analysis.aggregate import fit_aggregate_acceptance
 from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, drafter_of, lookup_drafters
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
 from specsweep.analysis.latency import itl_limit
-from specsweep.analysis.noise import run_to_run_noise
+from specsweep.analysis.noise import RunNoise, run_to_run_noise
 from specsweep.analysis.rates import RatePrediction, predict_throughput
 from specsweep.analysis.recommendation import Recommendation, recommend_draft_length
 from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
@@ -52,6 +52,7 @@ class WorkloadModel:
     workload: str
     acceptance: tuple[DrafterAcceptance, ...]
     throughput: ThroughputModel | None  # None: no level of this workload was measured
+    noise: RunNoise | None = None  # the run-to-run noise the throughput model was fitted with (None: unknown)
 
     @property
     def fits(self) -> dict[Drafter, AcceptanceFit]:
@@ -79,7 +80,7 @@ def model_workload(
     run_noise = None if noise is None else (noise.relative_sd, noise.df + (noise.prior.df if noise.prior else 0))
     lookups = lookup_drafters((c.spec for c in feasible), looks_up)
     throughput = fit_throughput_model(observations, run_noise=run_noise, lookups=lookups) if observations else None
-    return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput)
+    return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput, noise=noise)
 
 
 def study_k_max(configs: Sequence[MeasuredConfig], k_max: int | None) -> int:

@@ -36,7 +36,7 @@ from enum import StrEnum
 from typing import Any
 
 from specsweep.analysis.drafters import Candidate, Drafter, drafter_of
-from specsweep.analysis.noise import RunNoise, run_to_run_noise
+from specsweep.analysis.noise import RunNoise
 from specsweep.analysis.rates import RateSample, sample_rates
 from specsweep.analysis.study import WorkloadModel, measured_rates, model_workload, study_k_max
 from specsweep.analysis.value import (
@@ -249,11 +249,10 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     mconfigs = [t.measured_config() for t in state.measured]
     k_max = max(c.k for c in state.configs.values())
     looks_up = _looks_up(settings)
-    found = {w: run_to_run_noise(mconfigs, w, settings.noise_prior, looks_up=looks_up) for w in settings.workloads}
-    noise = {w: n for w, n in found.items() if n is not None}
     models = model_search(
         mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior, looks_up=looks_up
     )
+    noise = {w: m.noise for w, m in models.items() if m.noise is not None}
     extra: dict[str, Any] = {"noise": noise, "models": models}
     if not any(m.fits for m in models.values()):
         if state.untried:
