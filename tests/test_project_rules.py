@@ -88,3 +88,20 @@ def test_what_every_command_imports_is_a_core_dependency() -> None:
             if not owners & core:
                 offenders.append(f"{path.relative_to(ROOT)} imports {name} ({', '.join(sorted(owners))})")
     assert not offenders, "not core dependencies of pyproject.toml:\n" + "\n".join(offenders)
+
+
+# The repository's top level (docs/architecture.md, "The repository"): anything else tracked there
+# is a stray output, such as a report written to the root and committed with a change.
+LAYOUT = {
+    ".ci", ".gitignore", "README.md", "pyproject.toml",
+    "bench", "docs", "notebooks", "scripts", "src", "studies", "tests", "workloads",
+}  # fmt: skip
+
+
+def test_the_top_level_tracks_the_layout_and_nothing_else() -> None:
+    listed = run("git", "ls-files")
+    if listed.returncode != 0:
+        pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
+    top = {path.split("/", 1)[0] for path in listed.stdout.splitlines()}
+    assert top - LAYOUT == set(), "tracked at the top level but not part of the layout"
+    assert LAYOUT - top == set(), "part of the layout but not tracked"
