@@ -90,7 +90,7 @@ def test_what_every_command_imports_is_a_core_dependency() -> None:
     assert not offenders, "not core dependencies of pyproject.toml:\n" + "\n".join(offenders)
 
 
-# The repository's top level (docs/architecture.md, "The repository"): anything else tracked there
+# The repository's top level, as docs/architecture.md names it: anything else tracked there
 # is a stray output, such as a report written to the root and committed with a change.
 LAYOUT = {
     ".ci", ".gitignore", "README.md", "pyproject.toml",
