@@ -186,6 +186,35 @@ def test_a_line_its_points_fit_is_the_estimate_at_a_measured_k_too():
     assert abs(t3 / true_step_time_s(3, 1) - 1) < 0.005  # the point alone is 1% off
 
 
+def _staircase(k: int) -> float:
+    """Step time at one stream of a server whose verify pass pads k = 8 to a wider CUDA graph:
+    the true line up to k = 7, then 12% up (24 tokens of padding on 72 cost about that)."""
+    return true_step_time_s(k, 1) * (1.12 if k == 8 else 1.0)
+
+
+def _observed(k: int, step_time_s: float) -> ThroughputObservation:
+    row = observe(k, 1)
+    return ThroughputObservation(
+        **{**asdict(row), "drafter": DSPARK, "output_tokens_per_s": row.tokens_per_step / step_time_s}
+    )
+
+
+def test_a_far_point_that_bends_the_line_upward_misfits_it():
+    """k = 1, 2, 3 on the true line and k = 8 padded 12% up, one start each, at 2.6% noise: the
+    chi-square over the four points passes (2.9 against its 95th percentile, 6.0), but the bend
+    upward is beyond the noise (z 1.7), so the line misfits and the short draft lengths keep what
+    they measured instead of the line the far point steepens, which puts k = 1's step 2.4% below
+    the truth and k = 3's 3.1% above it."""
+    observations = [observe(0, 1)] + [_observed(k, _staircase(k)) for k in (1, 2, 3, 8)]
+    fit = fit_throughput_model(observations, run_noise=(0.026, 6)).fit_for(1, DSPARK)
+    assert fit.misfit and not fit.line_fits
+    for k in (1, 2, 3):
+        assert fit.step_time_s(k) == (pytest.approx(true_step_time_s(k, 1)), "measured")
+    # the same points on the true line fit it
+    straight = [observe(0, 1)] + [observe(k, 1) for k in (1, 2, 3, 8)]
+    assert fit_throughput_model(straight, run_noise=(0.026, 6)).fit_for(1, DSPARK).line_fits
+
+
 def test_both_draft_samplings_share_one_line_so_one_unlucky_start_is_pooled_away():
     """Greedy drafting at k = 1..5 and probabilistic at k = 1..4, every probabilistic step 3%
     dearer (the same draft and verify passes), starts about 4% apart, and the one start of
@@ -248,7 +277,9 @@ def test_the_factor_between_draft_samplings_is_as_uncertain_as_refitting_fresh_s
 
     fresh = [starts(rng.standard_normal(len(design))).fit_for(1, DSPARK) for _ in range(400)]
     fits = [f for f in fresh if f.scaled_from == greedy]
-    assert len(fits) > 350  # the joint line passes its lack-of-fit test about 95% of the time
+    # the joint line passes its two tests (lack of fit, 95th percentile; a bend upward, one-sided
+    # 95th) about 86% of the time on this true line: 360 of 400 for the first alone, 343 for both
+    assert 320 < len(fits) < 380
     log_factors = np.log([f.sibling_factor for f in fits])
     stated = float(np.median([f.sibling_factor_sd for f in fits]))
     assert np.mean(log_factors) == pytest.approx(np.log(truth), abs=0.02)

@@ -561,9 +561,13 @@ def _miss(point: StepTimePoint, coef: np.ndarray) -> float:
 
 def _line_fits(points: Sequence[StepTimePoint], coef: np.ndarray, noise: float, *, extra_parameters: int = 0) -> bool:
     """Whether the measured means at three or more draft lengths agree with the line within the run-
-    to-run noise (lack of fit: the chi-square of their relative misses, each over noise / sqrt(starts),
-    below its 95th percentile with K - 2 degrees of freedom, fewer by ``extra_parameters`` fitted
-    besides the line)."""
+    to-run noise: the chi-square of their relative misses (each over noise / sqrt(starts)) below its
+    95th percentile with K - 2 degrees of freedom, fewer by ``extra_parameters`` fitted besides the
+    line, and, over four or more draft lengths, no bend upward beyond the noise (``_curvature_z``
+    below the one-sided 95th percentile). Step time bends upward where it bends at all: a longer
+    draft pads to a wider CUDA graph or turns a memory-bound verify pass compute-bound, and one far
+    point on such a curve steepens the line at the short draft lengths by less than one start's
+    noise at each point, which the chi-square over every point is too blunt to see."""
     df = len(points) - 2 - extra_parameters
     if len(points) < 3 or df < 1 or noise <= 0:
         return False
@@ -573,7 +577,27 @@ def _line_fits(points: Sequence[StepTimePoint], coef: np.ndarray, noise: float, 
         if line <= 0:
             return False
         chi2 += p.observations * ((p.step_time_s - line) / line / noise) ** 2
-    return bool(chi2 <= float(stats.chi2.ppf(LINE_FIT_LEVEL, df)))
+    if chi2 > float(stats.chi2.ppf(LINE_FIT_LEVEL, df)):
+        return False
+    return _curvature_z(points, noise) <= float(stats.norm.ppf(LINE_FIT_LEVEL))
+
+
+def _curvature_z(points: Sequence[StepTimePoint], noise: float) -> float:
+    """z of the quadratic term c of T(k) = a + b k + c k^2, fitted on relative misses like the line,
+    at the run-to-run ``noise``; 0 with fewer than four draft lengths (nothing left to test it)."""
+    ks = np.array([p.num_speculative_tokens for p in points], dtype=float)
+    if np.unique(ks).size < 4:
+        return 0.0
+    times = np.array([p.step_time_s for p in points])
+    n = np.array([p.observations for p in points], dtype=float)
+    design = np.column_stack([np.ones_like(ks), ks, ks**2])
+    fitted = times
+    for _ in range(3):  # relative noise: weights by the fitted time, refined
+        w = n / fitted**2
+        normal = design.T @ (design * w[:, None])
+        coef = np.linalg.solve(normal, design.T @ (w * times))
+        fitted = np.maximum(design @ coef, 1e-9)
+    return float(coef[2] / (noise * math.sqrt(np.linalg.inv(normal)[2, 2])))
 
 
 def _record(
