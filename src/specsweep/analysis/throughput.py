@@ -564,10 +564,10 @@ def _line_fits(points: Sequence[StepTimePoint], coef: np.ndarray, noise: float, 
     to-run noise: the chi-square of their relative misses (each over noise / sqrt(starts)) below its
     95th percentile with K - 2 degrees of freedom, fewer by ``extra_parameters`` fitted besides the
     line, and, over four or more draft lengths, no bend upward beyond the noise (``_curvature_z``
-    below the one-sided 95th percentile). Step time bends upward where it bends at all: a longer
-    draft pads to a wider CUDA graph or turns a memory-bound verify pass compute-bound, and one far
-    point on such a curve steepens the line at the short draft lengths by less than one start's
-    noise at each point, which the chi-square over every point is too blunt to see."""
+    below the one-sided 95th percentile). The bends known to matter are upward: a longer draft pads
+    to a wider CUDA graph or turns a memory-bound verify pass compute-bound, and one far point on
+    such a curve steepens the line at the short draft lengths by less than one start's noise at
+    each point, which the chi-square over every point is too blunt to see."""
     df = len(points) - 2 - extra_parameters
     if len(points) < 3 or df < 1 or noise <= 0:
         return False
