@@ -54,10 +54,9 @@ from dataclasses import dataclass, field
 from scipy import stats
 
 from specsweep.analysis.drafters import Drafter, lookup_drafters
-from specsweep.analysis.throughput import study_observations
+from specsweep.analysis.throughput import LINE_FIT_LEVEL, study_observations
 from specsweep.types import MeasuredConfig, RunNoisePrior, SpeculativeConfig
 
-LINE_FIT_LEVEL = 0.95  # a line whose misses exceed this chi-square quantile at the usual noise misfits: not noise
 MIN_RELATIVE_SD = 0.01  # a sd from a handful of repeats below this is luck (the measurement alone is ~1.5% off)
 
 
