@@ -741,8 +741,8 @@ def step_time_draws(
             noise = fit.relative_sd / math.sqrt(point.observations)
             out[:, j] = point.step_time_s * (1 + noise * scale * rng.standard_normal(draws))
             if fit.bend_untested:
-                share = fit.line_share(point)
-                out[:, j] = share * (intercept + slope * k) + (1 - share) * out[:, j]
+                weight = fit.line_share(point)
+                out[:, j] = weight * (intercept + slope * k) + (1 - weight) * out[:, j]
             if k == fit.lone_start_k:  # an unlucky start or a real step: either, at even odds
                 out[:, j] = np.where(rng.random(draws) < 0.5, intercept + slope * k, out[:, j])
         else:
