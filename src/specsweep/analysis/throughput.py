@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 from scipy import stats
@@ -52,6 +53,8 @@ from specsweep.types import MeasuredConfig
 FALLBACK_RELATIVE_SD = 0.07  # run-to-run spread of the user report's three single-stream runs
 LINE_FIT_LEVEL = 0.95  # a line misfits its points when their lack-of-fit chi-square is above this quantile
 BEND_SD = 0.02  # relative miss of a line through three draft lengths that a padded far one can hide at the short ones
+
+Weighed = TypeVar("Weighed", float, np.ndarray)  # a step time or its draws
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,8 +177,7 @@ class StepTimeFit:
             return line, "line"
         if self.line_fits:
             return line, "measured"
-        share = self.line_share(point) if self.bend_untested else 0.0
-        return share * line + (1 - share) * point.step_time_s, "measured"
+        return (self.weighed(point, line, point.step_time_s) if self.bend_untested else point.step_time_s), "measured"
 
     def point_at(self, k: int) -> StepTimePoint | None:
         """The measured point at k: both samplings' starts where they share a factor, else this drafter's."""
@@ -187,6 +189,11 @@ class StepTimeFit:
         starts lean on the line that pools them; steady ones on what they measured."""
         variance = self.relative_sd**2 / point.observations
         return variance / (variance + BEND_SD**2)
+
+    def weighed(self, point: StepTimePoint, line: Weighed, measured: Weighed) -> Weighed:
+        """The line and the measurement at ``point`` (values or draws), weighed by ``line_share``."""
+        share = self.line_share(point)
+        return share * line + (1 - share) * measured
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -741,8 +748,7 @@ def step_time_draws(
             noise = fit.relative_sd / math.sqrt(point.observations)
             out[:, j] = point.step_time_s * (1 + noise * scale * rng.standard_normal(draws))
             if fit.bend_untested:
-                weight = fit.line_share(point)
-                out[:, j] = weight * (intercept + slope * k) + (1 - weight) * out[:, j]
+                out[:, j] = fit.weighed(point, intercept + slope * k, out[:, j])
             if k == fit.lone_start_k:  # an unlucky start or a real step: either, at even odds
                 out[:, j] = np.where(rng.random(draws) < 0.5, intercept + slope * k, out[:, j])
         else:
@@ -770,8 +776,7 @@ def joint_step_time_draws(
     for j, kj in enumerate(ks):
         if (point := pooled.get(kj)) is not None:
             noise = greedy.relative_sd / math.sqrt(point.observations)
-            share = greedy.line_share(point)
             measured = point.step_time_s * (1 + noise * t_scale * rng.standard_normal(draws))
-            line[:, j] = share * line[:, j] + (1 - share) * measured
+            line[:, j] = greedy.weighed(point, line[:, j], measured)
     line = np.maximum(line, 1e-9)
     return line, line * np.exp(coef[:, 2:3])
