@@ -1,7 +1,7 @@
 """Regret of what a study recommends and of what it pastes, against the emulator's truth.
 
     python bench/recommendation_accuracy.py [--seeds 5] [--profiles NAME|PATH,...] [--max-requests 12]
-        [--variation 0.15] [--drift 0.05] [--noise off,on] [--levels 1,4]
+        [--variation 0.15] [--drift 0.05] [--noise off,on] [--levels 1,4] [--sampler model|grid]
 
 For every profile, seed and noise setting: a real study, as a user runs it (the model-guided
 search; the emulator as a process restarted per configuration and measured over HTTP), over
@@ -19,7 +19,11 @@ is counted as "tied, best named"; so is a paste that runs one of the cell's lead
 recommendation or a configuration named tied with it) while the truth's best is among them
 (where levels want different drafters and one spec config runs one drafter, the paste gives way
 at some level; among candidates the study cannot tell apart, that is a tie too). Each scored pick
-more than 2% off gets a ``miss:`` line naming its profile, noise, seed and cell. The last line:
+more than 2% off gets a ``miss:`` line naming its profile, noise, seed and cell, and the studies
+with one are counted: at 15% start noise one seed's draws can mislead any study, so that count
+over many seeds says more than the worst pick of a few. ``--sampler grid`` runs the same studies
+as a grid (every configuration started once, the same analysis), the comparator at the same
+noise and about as many starts as the search makes with the noise on. The last line:
 
     worst regret (recommendation and snippet, every cell): X%; mean: Y%
 """
@@ -48,12 +52,14 @@ def main() -> None:
     parser.add_argument("--noise", default="off,on", help="off, on, or off,on")
     parser.add_argument("--variation", type=float, default=0.15, help="with the noise on: --start-variation")
     parser.add_argument("--drift", type=float, default=0.05, help="with the noise on: --drift")
+    parser.add_argument("--sampler", default="model", choices=("model", "grid"), help="the search, or a grid")
     args = parser.parse_args()
     levels = tuple(int(b) for b in args.levels.split(","))
     folder = Path(tempfile.mkdtemp(prefix="specsweep-recommend-"))
     started = time.monotonic()
+    way = "model-guided search" if args.sampler == "model" else "grid"
     print(
-        f"seeded emulator studies (model-guided search, k=1..{K_MAX}, greedy and probabilistic, adaptive measurement "
+        f"seeded emulator studies ({way}, k=1..{K_MAX}, greedy and probabilistic, adaptive measurement "
         f"up to {args.max_requests} x 600-token requests per level, levels {list(levels)}); noise on: start "
         f"variation {args.variation:.0%}, drift {args.drift:.0%}"
     )
@@ -64,6 +70,8 @@ def main() -> None:
     regrets: list[float] = []
     excused = 0
     misses: list[str] = []
+    missed: set[tuple[str, str, int]] = set()  # (profile, noise, seed) of studies with a scored pick > 2% off
+    studies: dict[str, int] = {}  # noise -> studies run
     for name in args.profiles.split(","):
         for noise in args.noise.split(","):
             extra = ("--start-variation", str(args.variation), "--drift", str(args.drift)) if noise == "on" else ()
@@ -71,9 +79,10 @@ def main() -> None:
             for seed in range(args.seeds):
                 outcome = run_study(
                     name, seed, folder, max_requests=args.max_requests, extra_args=extra, levels=levels,
-                    time_scale=args.time_scale, tag=noise,
+                    time_scale=args.time_scale, tag=noise, sampler=args.sampler,
                 )  # fmt: skip
                 runs.append((outcome, score(outcome, name, seed=seed, levels=levels)))
+                studies[noise] = studies.get(noise, 0) + 1
             for index, (workload, level) in enumerate((w, b) for w in WORKLOADS for b in levels):
                 cells = [cells[index] for _, cells in runs]
                 for seed, cell in enumerate(cells):
@@ -86,6 +95,7 @@ def main() -> None:
                         else:
                             regrets.append(regret)
                             if regret > MISS:
+                                missed.add((name, noise, seed))
                                 misses.append(
                                     f"miss: {Path(name).stem} noise {noise} seed {seed} {workload} at {level}: the "
                                     f"{what} is {100 * regret:.1f}% below the true best, {cell.best.short_label}"
@@ -108,6 +118,9 @@ def main() -> None:
             )
     for line in misses:  # scored picks more than 2% off: what to read in the kept studies
         print(line)
+    for noise, runs_of in studies.items():
+        off = sum(1 for _, n, _ in missed if n == noise)
+        print(f"noise {noise}: {off} of {runs_of} studies with a scored pick more than {MISS:.0%} off")
     print(
         f"{len(regrets)} scored picks; {excused} misses with the noise on whose study named the true best among "
         f"its tied leaders; {time.monotonic() - started:.0f} s; studies kept in {folder} (bench/level_bias.py)"

@@ -270,7 +270,7 @@ def test_measure_with_a_rig_recommends_the_true_best_for_a_new_workload(prose_ri
     result = specsweep("measure", "--endpoint", server.url, "--workload", "technical", "--rig", str(prose_rig),
                        "--requests", "16", "--temperature", "0.6", cwd=prose_rig.parent)  # fmt: skip
     assert result.returncode == 0, result.stderr
-    # the emulator's truth for technical at T=0.6 (bench/recommendation_accuracy.true_best): k=2 alone, k=1 at 4
+    # the emulator's truth for technical at T=0.6 (bench/emulator_studies.truth_rates): k=2 alone, k=1 at 4
     assert recommended(result.stdout) == {1: 2, 4: 1}, result.stdout
     assert "measured at the running k=3" in result.stdout
     assert "expected gain over the running k=3" in result.stdout

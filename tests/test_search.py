@@ -252,6 +252,10 @@ def test_leaders_within_the_tolerance_are_never_separated() -> None:
     assert loose.ties[0].endswith("are within 1% of each other: either is fine")
     strict = decide_next(trials, SPACE, replace(steady, tolerance=0.001))
     assert not any("either is fine" in tie for tie in strict.ties)
+    # What it says instead: how much faster the rival could be, how likely, and what a start buys.
+    rivals = [tie for tie in strict.ties if " could be up to " in tie]
+    said = r"with a (<1|\d+)% chance that it is more than 0\.1% faster; a start of it is expected to buy"
+    assert rivals and all(re.search(said, tie) for tie in rivals), rivals
 
 
 def test_a_configuration_that_failed_in_this_run_is_never_measured_again() -> None:

@@ -8,7 +8,7 @@ from scipy import stats
 
 from specsweep.analysis.drafters import Candidate, Drafter
 from specsweep.analysis.rates import RateSample
-from specsweep.analysis.value import CellBelief, cell_loss, start_values, within_tolerance
+from specsweep.analysis.value import CellBelief, cell_loss, could_be_faster, start_values, within_tolerance
 
 DRAFTER = Drafter(method="dspark", draft_sample_method="probabilistic")
 A, B, C = (Candidate(drafter=DRAFTER, num_speculative_tokens=k) for k in (1, 2, 3))
@@ -83,6 +83,21 @@ def test_leaders_within_the_tolerance_are_not_worth_separating() -> None:
     assert within_tolerance(belief, B, 0.01) == (A,)
     assert within_tolerance(belief, B, 0.002) == ()
     assert max(v.tokens_per_s for v in start_values([belief], [A, B], tolerance=0.001)) > 0
+
+
+def test_a_rival_that_could_be_faster_carries_its_upper_end_and_its_chance() -> None:
+    """A picked at 100 exactly; B ~ N(101, 4): its ratio to A is B / 100, so its 95% upper end is
+    1.01 + 1.96 x 0.04 and the chance it is more than 1% faster is P(B > 101) = 1/2. C ~ N(80, 2)
+    cannot be; C ~ N(99, 2) instead can, with P(C > 101) = 1 - Phi(1), and not 5% faster."""
+    columns = {A: np.full(DRAWS, 100.0), B: normal(101.0, 4.0), C: normal(80.0, 2.0, seed=1)}
+    (rival,) = could_be_faster(cell(columns, {A}), A, 0.01)
+    assert rival.candidate == B
+    assert rival.most == pytest.approx(0.01 + stats.norm.ppf(0.975) * 0.04, abs=0.002)
+    assert rival.chance == pytest.approx(0.5, abs=0.01)
+    near = {A: np.full(DRAWS, 100.0), C: normal(99.0, 2.0, seed=1)}
+    (rival,) = could_be_faster(cell(near, {A}), A, 0.01)
+    assert rival.chance == pytest.approx(1 - stats.norm.cdf(1.0), abs=0.01)
+    assert could_be_faster(cell(near, {A}), A, 0.05) == ()
 
 
 def test_one_start_that_settles_two_cells_is_worth_both() -> None:

@@ -183,11 +183,18 @@ def within_tolerance(
     return tuple(out)
 
 
-def could_be_faster(
-    cell: CellBelief, pick: Candidate, tolerance: float, confidence: float = 0.95
-) -> tuple[tuple[Candidate, float], ...]:
-    """Rivals of ``pick`` that could be more than the tolerance faster, with how much faster at most
-    (the paired ratio's upper end, minus 1), most first."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rival:
+    """A configuration that could be more than the tolerance faster than a cell's pick."""
+
+    candidate: Candidate
+    most: float  # the paired ratio's upper end, minus 1: how much faster it could be
+    chance: float  # the share of draws where it is more than the tolerance faster
+
+
+def could_be_faster(cell: CellBelief, pick: Candidate, tolerance: float, confidence: float = 0.95) -> tuple[Rival, ...]:
+    """Rivals of ``pick`` whose paired ratio's upper end lies beyond ``1 + tolerance``, with that end
+    and the chance they are more than the tolerance faster; the most first."""
     j = cell.column(pick)
     if j is None:
         return ()
@@ -195,7 +202,8 @@ def could_be_faster(
     out = []
     for i, c in enumerate(cell.sample.candidates):
         if c != pick:
-            high = float(np.percentile(cell.sample.draws[:, i] / cell.sample.draws[:, j], upper))
+            ratio = cell.sample.draws[:, i] / cell.sample.draws[:, j]
+            high = float(np.percentile(ratio, upper))
             if high > 1.0 + tolerance:
-                out.append((c, high - 1.0))
-    return tuple(sorted(out, key=lambda r: -r[1]))
+                out.append(Rival(candidate=c, most=high - 1.0, chance=float(np.mean(ratio > 1.0 + tolerance))))
+    return tuple(sorted(out, key=lambda r: -r.most))

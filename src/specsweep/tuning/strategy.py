@@ -407,6 +407,11 @@ def _buy_reason(value: StartValue, again: bool, cost_s: float | None, modelled: 
     return f"{what}: expected to buy {_buy(value)}{cost}"
 
 
+def _chance(p: float) -> str:
+    """A probability in words a user reads at a glance: whole percent, and never "0%" for a chance that exists."""
+    return "<1%" if 0 < p < 0.005 else f"{100 * p:.0f}%"
+
+
 def _ties(cells: Sequence[CellBelief], tolerance: float, values: Mapping[Candidate, StartValue]) -> tuple[str, ...]:
     """Per cell: measured rivals no more than the tolerance apart from the pick (either is fine),
     and rivals that could be more than the tolerance faster, with what a start of each would buy."""
@@ -422,11 +427,13 @@ def _ties(cells: Sequence[CellBelief], tolerance: float, values: Mapping[Candida
             out.append(
                 f"{where}: {pick.short_label} and {names} are within {100 * tolerance:g}% of each other: either is fine"
             )
-        for rival, most in could_be_faster(cell, pick, tolerance)[:2]:
-            value = values.get(rival)
-            buys = f"; a start of it would buy {100 * value.share:.2f}%" if value is not None else ""
+        for rival in could_be_faster(cell, pick, tolerance)[:2]:
+            value = values.get(rival.candidate)
+            buys = f"; a start of it is expected to buy {100 * value.share:.2f}%" if value is not None else ""
             out.append(
-                f"{where}: {rival.short_label} could be up to {100 * most:.1f}% faster than {pick.short_label}{buys}"
+                f"{where}: {rival.candidate.short_label} could be up to {100 * rival.most:.1f}% faster than "
+                f"{pick.short_label} (95% upper end), with a {_chance(rival.chance)} chance that it is more than "
+                f"{100 * tolerance:g}% faster{buys}"
             )
     return tuple(out)
 
