@@ -432,8 +432,8 @@ def _ties(cells: Sequence[CellBelief], tolerance: float, values: Mapping[Candida
             buys = f"; a start of it is expected to buy {100 * value.share:.2f}%" if value is not None else ""
             out.append(
                 f"{where}: {rival.candidate.short_label} could be up to {100 * rival.most:.1f}% faster than "
-                f"{pick.short_label} (95% upper end), with a {_chance(rival.chance)} chance that it is more than "
-                f"{100 * tolerance:g}% faster{buys}"
+                f"{pick.short_label} (95% upper end; {_chance(rival.chance)} likely to be more than "
+                f"{100 * tolerance:g}% faster){buys}"
             )
     return tuple(out)
 
