@@ -27,10 +27,11 @@ from pathlib import Path
 
 from rig_real_llamacpp import FIXED, base_argv
 from specsweep.config import parse_study_config
-from specsweep.tuning.records import read_trial_file, read_trials
+from specsweep.tuning.records import read_trials
 from specsweep.tuning.stored import analyze_stored_study
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
+from specsweep.tuning.trial_files import read_trial_file
 
 WORKLOADS = ("prose", "technical")
 

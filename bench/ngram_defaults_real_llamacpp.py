@@ -35,10 +35,11 @@ from specsweep.config import parse_study_config
 from specsweep.engines import llamacpp
 from specsweep.runtime.launcher import ServerProcess, free_port
 from specsweep.runtime.measure import MeasureSettings, run_measure
-from specsweep.tuning.records import read_trial_file, read_trials
+from specsweep.tuning.records import read_trials
 from specsweep.tuning.stored import analyze_stored_study
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
+from specsweep.tuning.trial_files import read_trial_file
 from specsweep.workload import load_workload
 
 WORKLOADS = ("prose", "technical")

@@ -16,9 +16,10 @@ from specsweep.config import parse_study_config
 from specsweep.engines import vllm
 from specsweep.runtime.measure import MeasureSettings, run_measure
 from specsweep.runtime.scraper import scrape_metrics
-from specsweep.tuning.records import read_trial_file, read_trials
+from specsweep.tuning.records import read_trials
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
+from specsweep.tuning.trial_files import read_trial_file
 from specsweep.workload import load_workload
 
 from .builders import emulator_study, write_study

@@ -2,6 +2,7 @@
 
     SpecsweepError                  one line for the user; the CLI prints it and exits non-zero
     ├── ConfigError                 a bad study file, profile, flag or spec config (names the key)
+    ├── StudyInUseError             a study another live run is using (names its pid and host)
     ├── WorkloadError               a workload file that cannot be read or has a bad record
     ├── LaunchError                 a server that could not be started
     │   ├── ReadyTimeoutError       a server that never became ready in time
@@ -22,6 +23,10 @@ class SpecsweepError(Exception):
 
 class ConfigError(SpecsweepError):
     """A configuration value is missing, unknown or out of range."""
+
+
+class StudyInUseError(SpecsweepError):
+    """Another specsweep run that is still alive holds the study; nothing was changed."""
 
 
 class WorkloadError(SpecsweepError):

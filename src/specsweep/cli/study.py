@@ -39,7 +39,7 @@ from specsweep.tuning.storage import default_worker, is_shared, redact_password
 from specsweep.tuning.stored import analyze_stored_study, best_overall, nothing_to_compare
 from specsweep.tuning.study import StudyOutcome, StudyRunner
 from specsweep.tuning.study_settings import read_study_settings
-from specsweep.tuning.study_store import check_resumable, study_exists, study_paths
+from specsweep.tuning.study_store import check_resumable, check_study_free, study_exists, study_paths
 
 # The default study: the emulator's default profile (the DGX Spark field report), the report's
 # current configuration as the baseline, draft lengths 1 to 5 with both draft methods at the
@@ -146,6 +146,8 @@ def study(
         return
     paths = study_paths(chosen, studies_dir, storage)
     shared = is_shared(paths.storage)
+    worker = worker or default_worker()
+    check_study_free(chosen.name, paths, worker)  # another live run on it: one line, nothing changed
     if config is None and not resume and not shared and study_exists(chosen.name, paths.storage):
         # The built-in demo picks up where it left off instead of refusing to run twice.
         where = redact_password(paths.storage)
@@ -161,7 +163,6 @@ def study(
             "Point --config at a study file to tune a real server."
         )
     status = out.status("opening the study")
-    worker = worker or default_worker()
     if rig is not None:
         loaded = load_rig(rig)
         with status:

@@ -44,8 +44,9 @@ from specsweep.rigs.workload import (
 from specsweep.runtime.measure import Measurement
 from specsweep.runtime.modelled_time import ServerClock, stored_in_modelled_time
 from specsweep.runtime.store import measurement_to_dict
-from specsweep.tuning.records import TrialRecord, read_trial_file, read_trials
+from specsweep.tuning.records import TrialRecord, read_trials
 from specsweep.tuning.study_settings import read_study_settings
+from specsweep.tuning.trial_files import read_trial_file
 from specsweep.types import SpeculativeConfig
 
 

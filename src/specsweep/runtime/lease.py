@@ -65,7 +65,8 @@ def _running(pid: int) -> bool:
     return not Path("/proc").is_dir()
 
 
-def _alive(pid: int | None, started: int | None) -> bool:
+def process_alive(pid: int | None, started: int | None) -> bool:
+    """Whether ``pid`` runs and is the process that started at ``started`` (not a reused pid)."""
     if pid is None:
         return False
     if started is not None:
@@ -131,7 +132,7 @@ def reclaim_leases(folder: Path, *, grace_s: float = 10.0) -> list[str]:
             clear_lease(path)
             notes.append(f"removed an unreadable lease file {path.name}")
             continue
-        if lease.owner_pid != os.getpid() and _alive(lease.owner_pid, lease.owner_started):
+        if lease.owner_pid != os.getpid() and process_alive(lease.owner_pid, lease.owner_started):
             notes.append(
                 f"another specsweep run (pid {lease.owner_pid}) is using this study folder; its server is left alone"
             )
@@ -155,7 +156,7 @@ def _stop_leased(lease: ServerLease, grace_s: float) -> str:
             stopped.append(f"its stop command failed ({exc})")
     if lease.pgid is not None:
         members = _group_members(lease.pgid, lease.started) if Path("/proc").is_dir() else []
-        leader_alive = _alive(lease.pid, lease.started)
+        leader_alive = process_alive(lease.pid, lease.started)
         if leader_alive or members:
             _terminate_group(lease.pgid, members, grace_s)
             stopped.append(f"stopped its process group {lease.pgid}")

@@ -1,8 +1,8 @@
 """What a study stores of each trial, typed: the trial record and its per-level figures.
 
-This module is the only code that reads or writes a trial's optuna ``user_attrs`` and the trial
-files beside the study (``trials/trial-NNNN.json``, the full measurement of one trial); the
-study's own attributes are tuning/study_settings.py's. Everything else works on
+This module is the only code that reads or writes a trial's optuna ``user_attrs``; the trial
+files beside the study (``trials/trial-NNNN.json``, the full measurement of one trial) are
+tuning/trial_files.py's, the study's own attributes tuning/study_settings.py's. Everything else works on
 :class:`TrialRecord` and :class:`LevelFigures`.
 
 The stored form keeps concurrency levels as strings (JSON object keys) and tuples as lists;
@@ -11,11 +11,9 @@ studies written by earlier versions read the same way (absent fields are None or
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -24,11 +22,9 @@ from specsweep.analysis.levels import acceptance_by_subcategory
 from specsweep.analysis.stopping import estimate_rate
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
-from specsweep.runtime.store import measurement_to_dict, write_json_atomic
+from specsweep.runtime.run_owner import RunOwner
 from specsweep.tuning.space import OFF_KEY
 from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, RequestRecord, SpeculativeConfig
-
-TRIALS_FOLDER = "trials"
 
 
 class TrialOutcome(StrEnum):
@@ -181,6 +177,8 @@ class TrialRecord:
     retry_of: int | None = None
     repeat: bool = False  # measured again on purpose (run-to-run noise, tied leaders), not a duplicate
     times: TrialTimes | None = None  # where its time went (None: studies from before it was kept)
+    owner: RunOwner | None = None  # the run that measures it (None: stored before runs were kept)
+    heartbeat_at: float | None = None  # when its run last said it was alive (Unix time; local storage)
 
     @property
     def measured(self) -> bool:
@@ -241,6 +239,8 @@ def read_trial(trial: optuna.trial.FrozenTrial) -> TrialRecord:
         retry_of=attrs.get("retry_of"),
         repeat=bool(attrs.get("repeat")),
         times=_times_from_stored(attrs.get("times")),
+        owner=RunOwner.from_stored(attrs.get("owner")),
+        heartbeat_at=attrs.get("heartbeat_at"),
     )
 
 
@@ -258,6 +258,16 @@ def measured_configs(study: optuna.Study) -> list[MeasuredConfig]:
 
 def record_claim(trial: optuna.Trial, *, worker: str) -> None:
     trial.set_user_attr("worker", worker)
+
+
+def record_owner(trial: optuna.Trial, owner: RunOwner) -> None:
+    """The run that measures a trial, written as soon as it is asked for."""
+    trial.set_user_attr("owner", owner.to_stored())
+
+
+def record_heartbeat(storage: optuna.storages.BaseStorage, trial_id: int, at: float) -> None:
+    """Its run is alive at ``at`` (from the heartbeat thread, which holds the storage, not the trial)."""
+    storage.set_trial_user_attr(trial_id, "heartbeat_at", at)
 
 
 def record_config(trial: optuna.Trial, *, key: str, spec: SpeculativeConfig | None) -> None:
@@ -341,7 +351,7 @@ def trial_phase(trial: optuna.Trial) -> str | None:
 def record_reuse(trial: optuna.Trial, source: optuna.trial.FrozenTrial) -> None:
     """A trial of a configuration already measured: the source's figures, and where they came from."""
     for name, value in source.user_attrs.items():
-        if name not in ("key", "spec", "worker"):
+        if name not in ("key", "spec", "worker", "owner", "heartbeat_at"):
             trial.set_user_attr(name, value)
     trial.set_user_attr("reused_from", source.number)
 
@@ -359,32 +369,3 @@ def retry_attrs(trial: optuna.trial.FrozenTrial, why: str) -> dict[str, Any] | N
 
 
 MAX_RETRIES = 2  # a configuration whose workers died this many times is not queued again
-
-
-# -- the trial files --------------------------------------------------------------------------------
-
-
-def trial_file(number: int) -> str:
-    """A trial's measurement file, relative to the study folder."""
-    return f"{TRIALS_FOLDER}/trial-{number:04d}.json"
-
-
-def write_trial_file(folder: Path, number: int, *, header: dict[str, Any], measurements: dict[str, Measurement]) -> str:
-    """Write the full measurement of a trial (every request, the notes) beside the study."""
-    name = trial_file(number)
-    record = {**header, "trial": number}
-    if measurements:
-        record["workloads"] = {w: measurement_to_dict(m) for w, m in measurements.items()}
-    write_json_atomic(folder / name, record)
-    return name
-
-
-def read_trial_file(folder: Path, record: TrialRecord) -> dict[str, Any] | None:
-    """The full measurement of a trial (None: no file, e.g. a copied folder without ``trials/``)."""
-    if not record.record_file:
-        return None
-    try:
-        stored: dict[str, Any] = json.loads((folder / record.record_file).read_text(encoding="utf-8"))
-        return stored
-    except (OSError, ValueError):
-        return None

@@ -7,7 +7,10 @@
   configuration is queued again for the workers still running.
 - ``journal:///PATH``: optuna's journal file, for workers that share a filesystem (NFS and the
   like). Optuna keeps no heartbeats there: a worker that dies leaves its trial RUNNING until the
-  same worker (same ``--worker`` name) starts again.
+  same worker (same ``--worker`` name) starts again and finds its owner gone.
+
+On local storage (SQLite, a journal file) each trial's run writes its own heartbeat into the
+trial (``heartbeat_at``), read only to tell whether a run on another host is gone.
 
 Workers coordinate through the storage alone; nothing else is shared.
 """
@@ -29,6 +32,7 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from specsweep.errors import ConfigError, SpecsweepError
+from specsweep.tuning import records
 from specsweep.tuning.records import retry_attrs
 
 JOURNAL_PREFIX = "journal:"
@@ -161,40 +165,46 @@ def has_heartbeats(storage: BaseStorage | str) -> bool:
 
 
 class Heartbeat:
-    """Records the heartbeat of the worker's current trial from a thread (shared databases only).
+    """Records the heartbeat of the worker's current trial from a thread.
 
+    On a shared database it is optuna's own (``record_heartbeat``, read by fail_stale_trials);
+    on local storage (SQLite, a journal file) it is the trial's ``heartbeat_at`` attribute, which
+    tells a run on another host whether the trial's owner is alive (runtime/run_owner.py).
     ``follow`` names the trial just asked for; a finished trial may go on beating until the next
-    one is followed, which is harmless: only RUNNING trials can go stale.
+    one is followed, which is harmless: only RUNNING trials can go stale, and a beat refused by
+    a finished trial is dropped.
     """
 
-    def __init__(self, storage: BaseStorage | str) -> None:
-        self._storage = storage if isinstance(storage, RDBStorage) and has_heartbeats(storage) else None
+    def __init__(self, storage: BaseStorage, *, interval_s: float) -> None:
+        self._storage = storage
+        self._optuna = storage if isinstance(storage, RDBStorage) and has_heartbeats(storage) else None
+        self._interval_s = float(self._optuna.get_heartbeat_interval() or 1) if self._optuna else interval_s
         self._trial_id: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def follow(self, trial_id: int) -> None:
         self._trial_id = trial_id
-        if self._storage is not None:
-            self._storage.record_heartbeat(trial_id)  # at once: a trial without a heartbeat is never stale
+        self._beat_once(trial_id)  # at once: a trial without a heartbeat is never stale
 
-    def _beat(self, storage: RDBStorage, interval: float) -> None:
-        while not self._stop.wait(interval):
+    def _beat_once(self, trial_id: int) -> None:
+        try:
+            if self._optuna is not None:
+                self._optuna.record_heartbeat(trial_id)
+            else:
+                records.record_heartbeat(self._storage, trial_id, time.time())
+        except Exception:  # one missed beat (a busy database, a finished trial): the stale limit covers it
+            return
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._interval_s):
             trial_id = self._trial_id
-            if trial_id is None:
-                continue
-            try:
-                storage.record_heartbeat(trial_id)
-            except sqlalchemy.exc.SQLAlchemyError:
-                continue  # one missed beat; the grace period covers a short outage
+            if trial_id is not None:
+                self._beat_once(trial_id)
 
     def __enter__(self) -> Heartbeat:
-        if self._storage is not None:
-            interval = float(self._storage.get_heartbeat_interval() or 1)
-            self._thread = threading.Thread(
-                target=self._beat, args=(self._storage, interval), name="specsweep-heartbeat", daemon=True
-            )
-            self._thread.start()
+        self._thread = threading.Thread(target=self._beat, name="specsweep-heartbeat", daemon=True)
+        self._thread.start()
         return self
 
     def __exit__(

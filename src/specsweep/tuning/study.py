@@ -8,13 +8,10 @@ same server, tuning/space.py) reuses its figures without a restart.
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import sys
-import threading
 import time
 import warnings
-from collections.abc import Callable, Collection, Iterator
+import weakref
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -24,14 +21,31 @@ import optuna
 from specsweep.config import StudyConfig
 from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import EngineInfo, engine_info
-from specsweep.errors import ConfigError, SpecsweepError
+from specsweep.errors import ConfigError
 from specsweep.runtime.client import api_key_from_env
 from specsweep.runtime.lease import reclaim_leases
 from specsweep.runtime.measure import thin_levels
+from specsweep.runtime.run_owner import this_run
 from specsweep.runtime.trial_server import read_help_flags
 from specsweep.tuning import records
 from specsweep.tuning.claims import claim, key_states
-from specsweep.tuning.events import MeasuredElsewhere, Note, Planned, StartsLeft, StudyEvent, TrialReused, Waiting
+from specsweep.tuning.events import (
+    MeasuredElsewhere,
+    Note,
+    Planned,
+    StartsLeft,
+    StudyEvent,
+    TrialFailed,
+    TrialReused,
+    Waiting,
+)
+from specsweep.tuning.interrupts import (
+    INTERRUPTED,
+    check_interrupt,
+    no_interrupt,
+    sigterm_as_interrupt,
+    stopped_by_user,
+)
 from specsweep.tuning.records import TrialOutcome
 from specsweep.tuning.space import (
     Space,
@@ -47,23 +61,19 @@ from specsweep.tuning.storage import (
     fail_stale_trials,
     has_heartbeats,
     open_storage,
-    redact_password,
 )
 from specsweep.tuning.strategy import Phase, SearchDecision, decide_next, start_budget
 from specsweep.tuning.study_settings import write_engine_flags
-from specsweep.tuning.study_store import StudyPaths, open_study, settings_of
+from specsweep.tuning.study_store import StudyPaths, hold_study, open_study, settings_of
 from specsweep.tuning.study_time import StudyTime, study_time
 from specsweep.tuning.trial import TrialRunner, level_targets
+from specsweep.tuning.trial_files import trial_file
 from specsweep.types import EventCallback
 from specsweep.workload import Workload, load_workload, too_small
 
 # Trials that measure a configuration chosen by hand: never stopped for being behind (a search's
 # repeat is a contender too: the trial says so itself).
 PLANNED = "planned"
-
-
-class StudyInterrupted(SpecsweepError):
-    """The user stopped the study (Ctrl-C or SIGTERM); everything measured is kept."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,58 +87,6 @@ class StudyOutcome:
     restarts: int
     ties: tuple[str, ...] = ()  # leaders the search could not separate, and what would
     time: StudyTime | None = None  # where this run's time went
-
-
-INTERRUPTED = "interrupted by the user"
-
-
-@contextlib.contextmanager
-def _no_interrupt() -> Iterator[None]:
-    """A second Ctrl-C while an interrupted trial is being recorded waits until it is recorded."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops the study the way Ctrl-C does: server stopped, trial failed, data kept.
-
-    Ctrl-C gets a handler of its own too: with Python's default one, asyncio.run (each
-    measurement) turns the first Ctrl-C into a cancel of its task, and drops it when the task has
-    just finished. This one raises KeyboardInterrupt where the program is, and notes it, so an
-    interrupt that Python swallows anyway (one landing in a finalizer is "Exception ignored in
-    ...") is raised again where the loop next looks (_check_interrupt)."""
-
-    def handler(signum: int, frame: object) -> None:
-        _interrupted.set()
-        raise KeyboardInterrupt
-
-    def unraisable(info: Any) -> None:
-        if not isinstance(info.exc_value, KeyboardInterrupt):
-            hook(info)
-
-    _interrupted.clear()
-    previous_term = signal.signal(signal.SIGTERM, handler)
-    previous_int = signal.signal(signal.SIGINT, handler)
-    hook, sys.unraisablehook = sys.unraisablehook, unraisable
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous_term)
-        signal.signal(signal.SIGINT, previous_int)
-        sys.unraisablehook = hook
-
-
-_interrupted = threading.Event()
-
-
-def _check_interrupt() -> None:
-    """Raise an interrupt that was swallowed before it stopped the run (see _sigterm_as_interrupt)."""
-    if _interrupted.is_set():
-        raise KeyboardInterrupt
 
 
 class StudyRunner:
@@ -169,6 +127,10 @@ class StudyRunner:
             load_profile(config.server.emulator.profile)  # a wrong profile fails here, not in every trial
         workloads: dict[str, Workload] = {name: load_workload(name) for name in config.workloads}
         api_key = api_key_from_env(config.server.api_key_env)
+        # One live run per study on local storage: a second one stops here, before it changes anything.
+        lock = hold_study(config.name, paths, self.worker)
+        if lock is not None:
+            weakref.finalize(self, lock.release)
         self.storage = open_storage(paths.storage, heartbeat_s=config.heartbeat_s)
         self.study = open_study(
             config, paths, resume=resume, space=self.space, storage=self.storage, worker=self.worker,
@@ -213,9 +175,13 @@ class StudyRunner:
                     self.emit(Note(text=note))
         for note in reclaim_leases(self.paths.leases, grace_s=config.server.stop_grace_s):
             self.emit(Note(text=note))
-        with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat, self._stopped_by_user(before):
+        with (
+            sigterm_as_interrupt(),
+            Heartbeat(self.storage, interval_s=self.config.heartbeat_s) as heartbeat,
+            stopped_by_user(self.study, self._asked, before, self.paths.storage),
+        ):
             while True:
-                _check_interrupt()
+                check_interrupt()
                 if budget is not None and new_trials >= budget:
                     stop_reason = f"trial budget reached ({budget})"
                     break
@@ -269,7 +235,7 @@ class StudyRunner:
                 self._say_starts_left(decision, len(space_keys))
                 trial = self._ask()
                 heartbeat.follow(trial._trial_id)
-                outcome = self._run_next(trial, before)
+                outcome = self._run_kept(trial, before)
                 if outcome is TrialOutcome.INVALID:
                     failures += 1
                 elif outcome is TrialOutcome.FAILED:
@@ -300,10 +266,30 @@ class StudyRunner:
         if key in key_states(self.study, before).measured:
             return TrialOutcome.SKIPPED
         self.study.enqueue_trial(params, user_attrs=records.decision_attrs(PLANNED))
-        with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat, self._stopped_by_user(before):
+        with (
+            sigterm_as_interrupt(),
+            Heartbeat(self.storage, interval_s=self.config.heartbeat_s) as heartbeat,
+            stopped_by_user(self.study, self._asked, before, self.paths.storage),
+        ):
             trial = self._ask()
             heartbeat.follow(trial._trial_id)
+            return self._run_kept(trial, before)
+
+    def _run_kept(self, trial: optuna.Trial, before: frozenset[int]) -> TrialOutcome:
+        """Run the trial; if something else ended it in the storage meanwhile (a script, a run of an
+        older specsweep that took it for dead), say so in one line and go on: its measurement is
+        in its trial file, written before the storage is told."""
+        try:
             return self._run_next(trial, before)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            stored = records.read_trial(self.study.trials[trial.number])
+            why = f"{stored.state.name}: {stored.fail_reason}" if stored.fail_reason else stored.state.name
+            kept = self.paths.folder / trial_file(trial.number)
+            where = f"its measurement is kept in {kept}" if kept.is_file() else "it had measured nothing yet"
+            self.emit(
+                TrialFailed(trial=trial.number, reason=f"ended in the storage by another process ({why}); {where}")
+            )
+            return TrialOutcome.FAILED
 
     def _run_next(self, trial: optuna.Trial, before: frozenset[int]) -> TrialOutcome:
         """Claim the trial's configuration and run it."""
@@ -342,35 +328,16 @@ class StudyRunner:
         try:
             value = self.trials.run(self.study, trial, spec, targets)
         except KeyboardInterrupt:
-            with _no_interrupt():
+            with no_interrupt():
                 # a Ctrl-C while the finished trial's line is printed: it is told already, and kept
                 if self.study.trials[trial.number].state == optuna.trial.TrialState.RUNNING:
                     self.trials.fail(self.study, trial, INTERRUPTED)
             raise
         finally:
             self._trial_wall_s += time.monotonic() - trial_started
-        _check_interrupt()  # a Ctrl-C the measurement swallowed stops the run now, its trial kept
+        check_interrupt()  # a Ctrl-C the measurement swallowed stops the run now, its trial kept
         self._adopt_version(self.trials.engine_version)
         return TrialOutcome.FAILED if value is None else TrialOutcome.MEASURED
-
-    @contextlib.contextmanager
-    def _stopped_by_user(self, before: frozenset[int]) -> Iterator[None]:
-        """Ctrl-C or SIGTERM anywhere in a run (a boot, a measurement, a decision between trials):
-        the trials this worker left RUNNING fail with the reason said, and StudyInterrupted names
-        what is kept and how to continue."""
-        try:
-            yield
-        except KeyboardInterrupt:
-            with _no_interrupt():
-                for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-                    if trial.number in self._asked:
-                        records.record_failure_of(self.study, trial.number, INTERRUPTED)
-                        self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
-                measured = len(key_states(self.study, before).measured)
-            raise StudyInterrupted(
-                f"study stopped by the user; {measured} configuration(s) measured are kept in "
-                f"{redact_password(self.paths.storage)} (continue with --resume)."
-            ) from None
 
     def _adopt_version(self, version: str | None) -> None:
         """Once a server has said its version, validate the rest of the study for it: say so if
@@ -419,6 +386,7 @@ class StudyRunner:
             warnings.filterwarnings("ignore", message="Heartbeat of storage")
             trial = self.study.ask()
         self._asked.add(trial.number)
+        records.record_owner(trial, this_run())
         return trial
 
     def _reuse(self, trial: optuna.Trial, source_number: int) -> None:

@@ -8,7 +8,9 @@ same study: each creates it if it is missing and joins it otherwise.
 
 from __future__ import annotations
 
+import re
 import shlex
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +21,11 @@ from specsweep.config import ServerConfig, StudyConfig
 from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import engine_info, max_num_seqs_flag
 from specsweep.errors import ConfigError
+from specsweep.runtime.run_owner import RunLock, RunOwner, hold_run_lock, owner_is_dead
 from specsweep.tuning import records, study_settings
 from specsweep.tuning.space import Space, config_key
 from specsweep.tuning.storage import (
+    GRACE_HEARTBEATS,
     default_worker,
     fail_stale_trials,
     has_heartbeats,
@@ -59,6 +63,50 @@ def study_paths(config: StudyConfig, studies_dir: Path, storage: str | None = No
     folder = studies_dir / config.name
     url = storage or config.storage or f"sqlite:///{(folder / 'study.db').as_posix()}"
     return StudyPaths(folder=folder, storage=url)
+
+
+def run_lock_path(paths: StudyPaths, worker: str) -> Path | None:
+    """The lock file a run holds while it uses a study on local storage: the study folder's
+    ``run.lock`` for SQLite; on a journal file, one per worker name (workers of other names join
+    the study). None on a shared database, where every run joins as a worker."""
+    kind = storage_kind(paths.storage)
+    if kind == "rdb":
+        return None
+    if kind == "journal":
+        return paths.folder / f"run-{re.sub(r'[^A-Za-z0-9._-]', '_', worker)}.lock"
+    return paths.folder / "run.lock"
+
+
+def hold_study(name: str, paths: StudyPaths, worker: str) -> RunLock | None:
+    """Hold the study for this run (None: a shared database needs no lock), or refuse in one line,
+    before anything is changed, if another live run holds it."""
+    path = run_lock_path(paths, worker)
+    if path is None:
+        return None
+    journal = storage_kind(paths.storage) == "journal"
+
+    def refusal(holder: RunOwner | None) -> str:
+        who = f"another specsweep run ({holder.describe()})" if holder else "another specsweep run"
+        stop = f"stop it (kill {holder.pid} on {holder.host})" if holder else "stop it"
+        if journal:
+            return (
+                f"worker {worker!r} of study {name!r} is in use by {who}: wait for it to finish, {stop}, "
+                "or give this run another --worker name."
+            )
+        return f"study {name!r} is in use by {who}: wait for it to finish, {stop}, or choose another --study-name."
+
+    return hold_run_lock(path, refusal)
+
+
+def check_study_free(name: str, paths: StudyPaths, worker: str) -> None:
+    """Refuse at once if another live run holds the study (the run takes the lock itself when it
+    opens it). Creates nothing: without a lock file no run holds it."""
+    path = run_lock_path(paths, worker)
+    if path is None or not path.is_file():
+        return
+    lock = hold_study(name, paths, worker)
+    if lock is not None:
+        lock.release()
 
 
 def study_exists(name: str, storage: str | optuna.storages.BaseStorage) -> bool:
@@ -147,9 +195,10 @@ def open_study(
     worker: str | None = None,
     queue_initial: bool = True,
 ) -> optuna.Study:
-    """Create the study, or load it with ``resume``; trials left RUNNING by a killed run are failed.
+    """Create the study, or load it with ``resume``; trials left RUNNING by a run that is provably
+    gone are failed (``_fail_interrupted``), a live run's are left alone.
 
-    Only trials left RUNNING by this same worker are failed here; on a shared storage other
+    The caller holds the study first (``hold_study``) on local storage. On a shared storage other
     workers' trials are left to their heartbeats. A new study queues speculation off, the
     baseline and (sampler "grid") every distinct configuration, unless ``queue_initial`` is off.
     """
@@ -182,7 +231,10 @@ def open_study(
             f"study {config.name!r} in {where} {difference}; give every worker the same [workloads], [measure] "
             "and [objective] (each its own [server]), or choose another --study-name."
         )
-    _fail_interrupted(study, shared=shared, heartbeats=has_heartbeats(storage), worker=worker)
+    _fail_interrupted(
+        study, shared=shared, heartbeats=has_heartbeats(storage), worker=worker,
+        stale_s=GRACE_HEARTBEATS * config.heartbeat_s,
+    )  # fmt: skip
     if created:
         study_settings.write_study_settings(study, settings)
         if queue_initial:
@@ -192,15 +244,29 @@ def open_study(
     return study
 
 
-def _fail_interrupted(study: optuna.Study, *, shared: bool, heartbeats: bool, worker: str) -> None:
-    """Fail the trials a run of this worker left RUNNING when it died; on shared storage, queue them again."""
+def _fail_interrupted(study: optuna.Study, *, shared: bool, heartbeats: bool, worker: str, stale_s: float) -> None:
+    """Fail the trials left RUNNING by a run that is provably gone; on shared storage, queue them again.
+
+    On a shared database heartbeats decide (fail_stale_trials); on a journal file only this
+    worker's trials are looked at. A trial's run is gone when runtime/run_owner.py's rule says so;
+    a trial stored before runs were kept with their trials (no owner) is taken as gone.
+    """
     fail_stale_trials(study)
+    if heartbeats:
+        return
+    now = time.time()
     for stale in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         record = records.read_trial(stale)
-        if shared and (heartbeats or record.worker != worker):
+        if shared and record.worker != worker:
             continue
-        records.record_failure_of(study, stale.number, "interrupted: the run that measured it died")
-        study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
+        age = None if record.heartbeat_at is None else now - record.heartbeat_at
+        if record.owner is not None and not owner_is_dead(record.owner, heartbeat_age_s=age, stale_s=stale_s):
+            continue
+        try:
+            records.record_failure_of(study, stale.number, "interrupted: the run that measured it died")
+            study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # its run finished it a moment ago: it was alive after all
         if shared and record.key is not None:
             requeue_stale_trial(study, stale, "died and started again")
 

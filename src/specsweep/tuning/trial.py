@@ -38,6 +38,7 @@ from specsweep.tuning.events import (
     TrialStarting,
 )
 from specsweep.tuning.study_store import StudyPaths
+from specsweep.tuning.trial_files import write_trial_file
 from specsweep.types import EventCallback, LevelFigures, MeasuredConfig, SpeculativeConfig
 from specsweep.workload import Workload
 
@@ -201,16 +202,17 @@ class TrialRunner:
                 measurements[name] = run_measure(settings, workload, on_event=self._relay(number, name))
                 crashed = server.crashed()
                 if crashed or measurements[name].error:
-                    records.write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
+                    write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
                     times = self._times(trial_started, measuring_started, measurements)
                     self.fail(study, trial, crashed or f"measurement failed: {measurements[name].error}", times)
                     return None
         finally:
             with contextlib.suppress(SpecsweepError):
                 server.stop()
+        # The file first: whatever happens to the trial in the storage from here, the measurement is kept.
+        record_file = write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
         times = self._times(trial_started, measuring_started, measurements)
         records.record_times(trial, times)
-        record_file = records.write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
         results = {
             name: records.level_figures(m, subcategories={p.id: p.subcategory for p in self.workloads[name].prompts})
             for name, m in measurements.items()
