@@ -96,7 +96,8 @@ def test_resume_fails_a_dead_runs_trial_and_leaves_a_live_ones(tmp_path: Path) -
     config = emulator_config("owners", k=(1, 2))
     paths = study_paths(config, tmp_path)
     study = StudyRunner(config, paths).study
-    dead_trial, live_trial, old_trial = study.ask(), study.ask(), study.ask()
+    dead_trial, live_trial, old_trial, own_trial = study.ask(), study.ask(), study.ask(), study.ask()
+    own_trial.set_user_attr("owner", this_run().to_stored())  # left by an earlier runner of this process
     gone = subprocess.Popen(["true"])
     gone_started = process_start_ticks(gone.pid)
     gone.wait()
@@ -111,7 +112,7 @@ def test_resume_fails_a_dead_runs_trial_and_leaves_a_live_ones(tmp_path: Path) -
         states = {t.number: t for t in again.trials}
         assert states[dead_trial.number].state == FAIL
         assert states[dead_trial.number].user_attrs["fail_reason"] == "interrupted: the run that measured it died"
-        assert states[old_trial.number].state == FAIL
+        assert states[old_trial.number].state == states[own_trial.number].state == FAIL
         assert states[live_trial.number].state == RUNNING
     finally:
         alive.kill()

@@ -21,7 +21,7 @@ from specsweep.config import ServerConfig, StudyConfig
 from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import engine_info, max_num_seqs_flag
 from specsweep.errors import ConfigError
-from specsweep.runtime.run_owner import RunLock, RunOwner, hold_run_lock, owner_is_dead
+from specsweep.runtime.run_owner import RunLock, RunOwner, hold_run_lock, owner_is_dead, this_run
 from specsweep.tuning import records, study_settings
 from specsweep.tuning.space import Space, config_key
 from specsweep.tuning.storage import (
@@ -254,13 +254,16 @@ def _fail_interrupted(study: optuna.Study, *, shared: bool, heartbeats: bool, wo
     fail_stale_trials(study)
     if heartbeats:
         return
-    now = time.time()
+    now, mine = time.time(), this_run()
     for stale in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         record = records.read_trial(stale)
         if shared and record.worker != worker:
             continue
         age = None if record.heartbeat_at is None else now - record.heartbeat_at
-        if record.owner is not None and not owner_is_dead(record.owner, heartbeat_age_s=age, stale_s=stale_s):
+        owner = record.owner
+        # This process's own trial was left by an earlier runner in it (a run measures its trials
+        # one at a time, so none is being measured while a study opens).
+        if owner is not None and owner != mine and not owner_is_dead(owner, heartbeat_age_s=age, stale_s=stale_s):
             continue
         try:
             records.record_failure_of(study, stale.number, "interrupted: the run that measured it died")
