@@ -2,8 +2,9 @@
 
 Usage errors (an unknown flag, a missing argument, a bad value) are typer's own: the usage line,
 a hint to ``--help`` and one ``Error:`` line, exit code 2. A :class:`SpecsweepError` raised by a
-command is one ``specsweep: error: ...`` line on stderr and exit code 1; an interrupt is one line
-and exit code 130. Anything else is a bug and keeps its traceback.
+command is one ``specsweep: error: ...`` line on stderr and exit code 1, its secrets masked (a URL's
+password, a flag's key: ``specsweep.secrets``); an interrupt is one line and exit code 130.
+Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import typer
 from specsweep import __version__
 from specsweep.cli import emulate, measure, recommend, report, rig, study, watch, workloads
 from specsweep.errors import SpecsweepError
+from specsweep.secrets import mask_text
 from specsweep.tuning.interrupts import StudyInterrupted
 
 app = typer.Typer(
@@ -40,10 +42,10 @@ def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return command(*args, **kwargs)
         except StudyInterrupted as exc:
-            print(f"specsweep: {exc}", file=sys.stderr)
+            print(f"specsweep: {mask_text(str(exc))}", file=sys.stderr)
             raise typer.Exit(130) from None
         except SpecsweepError as exc:
-            print(f"specsweep: error: {exc}", file=sys.stderr)
+            print(f"specsweep: error: {mask_text(str(exc))}", file=sys.stderr)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             print("specsweep: interrupted.", file=sys.stderr)

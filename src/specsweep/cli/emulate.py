@@ -75,6 +75,9 @@ def emulate(
         "(docs/watch.md#the-emulators-traffic-and-the-truth). "
         "With --print-truth: each window's truth.",
     ),
+    api_key: str = typer.Option(
+        None, help="As vLLM: /v1 endpoints want 'Authorization: Bearer KEY' (default: VLLM_API_KEY, when set)."
+    ),
     start_index: int = typer.Option(
         0, min=0, help="Which start of a seeded study this is: draws this start's variation (studies pass the trial)."
     ),
@@ -155,5 +158,6 @@ def emulate(
         log_stats=not disable_log_stats,
         trace_path=str(trace) if trace else None,
         traffic=schedule,
+        api_key=api_key,
     )
     raise typer.Exit(run_emulator(settings))

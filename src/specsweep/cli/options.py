@@ -8,6 +8,7 @@ import typer
 
 from specsweep.config import parse_concurrency
 from specsweep.errors import ConfigError
+from specsweep.secrets import mask_url
 
 
 def check_levels(value: str | None) -> str | None:
@@ -61,6 +62,7 @@ def check_duration(value: str | None) -> str | None:
 def check_url(value: str | None) -> str | None:
     """A server's base URL: it names its scheme (httpx sends nothing without one)."""
     if value is not None and not value.startswith(("http://", "https://")):
-        bare = value.split("://", 1)[-1]
-        raise typer.BadParameter(f"{value!r} has no http:// or https://; write http://{bare} (or https://).")
+        bare = mask_url("http://" + value.split("://", 1)[-1]).removeprefix("http://")  # userinfo masked
+        shown = mask_url(value) if "://" in value else bare
+        raise typer.BadParameter(f"{shown!r} has no http:// or https://; write http://{bare} (or https://).")
     return value

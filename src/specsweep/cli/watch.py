@@ -24,6 +24,7 @@ from specsweep.runtime.client import api_key_from_env
 from specsweep.runtime.identity import read_server_identity
 from specsweep.runtime.modelled_time import ServerClock
 from specsweep.runtime.poll import poll_metrics
+from specsweep.secrets import mask_url
 from specsweep.watch.engines import (
     check_model_labels,
     check_rig_engine,
@@ -174,11 +175,10 @@ def watch(
             for item in result.windows:
                 sys.stdout.write(json.dumps({"kind": "window", **window_json(item, chosen_format)}) + "\n")
             sys.stdout.write(json.dumps({"kind": "span", **watch_json(result, chosen_format)}) + "\n")
-        print_watch(
-            out, result, chosen_format, source=f"Prometheus at {prometheus} {selector or '{}'}", unchecked=unchecked
-        )
+        shown = f"Prometheus at {mask_url(prometheus)}"  # its userinfo masked wherever it is shown
+        print_watch(out, result, chosen_format, source=f"{shown} {selector or '{}'}", unchecked=unchecked)
         if report is not None:
-            files = write_watch_report(result, report, source=f"Prometheus at {prometheus}", fmt=chosen_format)
+            files = write_watch_report(result, report, source=shown, fmt=chosen_format)
             out.print(f"wrote {files.markdown}, {files.html}, {files.results} and {len(files.figures)} figures")
         return
     _live(
@@ -189,7 +189,8 @@ def watch(
 
 
 def _live(endpoint, settings_for, *, engine, interval_s, duration_s, json_lines, report, fmt, out, api_key, unchecked):
-    state = LiveWatch(settings_for, engine=engine, source=f"{endpoint}/metrics")
+    shown = mask_url(endpoint)  # its userinfo masked wherever it is shown
+    state = LiveWatch(settings_for, engine=engine, source=f"{shown}/metrics")
     view = Live(console=out, auto_refresh=False, transient=False) if out.is_terminal and not json_lines else None
 
     def on_snapshot(event) -> None:
@@ -199,7 +200,7 @@ def _live(endpoint, settings_for, *, engine, interval_s, duration_s, json_lines,
             sys.stdout.write(json.dumps(interval_json(update.interval, update.report, chosen_format)) + "\n")
             sys.stdout.flush()
         if view is not None and update.report is not None:
-            view.update(watch_view(update.report, chosen_format, source=endpoint), refresh=True)
+            view.update(watch_view(update.report, chosen_format, source=shown), refresh=True)
 
     try:
         if view is not None:
@@ -217,7 +218,7 @@ def _live(endpoint, settings_for, *, engine, interval_s, duration_s, json_lines,
     chosen_format = fmt or snippet_format_for(result.engine)
     if json_lines:  # the windows as they closed and the span: what the Prometheus mode ends with too
         sys.stdout.write(json.dumps({"kind": "span", **watch_json(result, chosen_format)}) + "\n")
-    print_watch(out, result, chosen_format, source=endpoint, unchecked=unchecked)
+    print_watch(out, result, chosen_format, source=shown, unchecked=unchecked)
     if report is not None:
-        files = write_watch_report(result, report, source=endpoint, fmt=chosen_format)
+        files = write_watch_report(result, report, source=shown, fmt=chosen_format)
         out.print(f"wrote {files.markdown}, {files.html}, {files.results} and {len(files.figures)} figures")

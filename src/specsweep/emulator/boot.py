@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -41,6 +41,7 @@ class EmulatorSettings:
     log_stats: bool = True
     trace_path: str | None = None  # JSON lines: each stream's first and last chunk write times
     traffic: TrafficSchedule | None = None  # serve this schedule's traffic itself (emulator/self_load.py)
+    api_key: str | None = field(default=None, repr=False)  # as vLLM's --api-key (else VLLM_API_KEY)
 
 
 def configure_logging() -> None:
@@ -158,7 +159,7 @@ async def _serve(settings: EmulatorSettings) -> int:
 
     engine = Engine(profile, spec, time_scale=scale, seed=settings.seed, start_index=settings.start_index)
     trace = open(settings.trace_path, "a", buffering=1, encoding="utf-8") if settings.trace_path else None  # noqa: SIM115
-    api = EmulatorApi(engine, profile, name, log_stats=settings.log_stats, trace=trace)
+    api = EmulatorApi(engine, profile, name, log_stats=settings.log_stats, trace=trace, api_key=settings.api_key)
     runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True, backlog=1024)

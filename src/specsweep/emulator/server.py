@@ -57,6 +57,7 @@ class EmulatorApi:
         *,
         log_stats: bool,
         trace: TextIO | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.engine = engine
         self.trace = trace
@@ -69,8 +70,8 @@ class EmulatorApi:
         self.collector = EngineCollector(
             engine, served_model_name, self.kv_usage, spec_counters=not profile.faults.metrics_without_spec
         )
-        # As vLLM: with VLLM_API_KEY set, /v1 endpoints need "Authorization: Bearer <key>".
-        self.api_key = os.environ.get("VLLM_API_KEY") or None
+        # As vLLM: with --api-key (or VLLM_API_KEY) set, /v1 endpoints need "Authorization: Bearer <key>".
+        self.api_key = api_key or os.environ.get("VLLM_API_KEY") or None
 
     def kv_usage(self) -> float:
         k = self.engine.spec.num_speculative_tokens if self.engine.spec else 0

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath
 from typing import Any
 
 from specsweep.engines import llamacpp, sglang, vllm
 from specsweep.errors import ConfigError
+from specsweep.secrets import mask_argv
+from specsweep.templates import SHELLS
 from specsweep.types import BootFacts, CounterNames, RunNoisePrior, SpeculativeConfig
 
 # What a measured rate usually moves by between server starts of one configuration, before a
@@ -159,9 +164,14 @@ DEFAULT_PLACE_FLAGS = ("--host", "--port")
 
 def server_args_without_spec(engine: str, argv: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """A server's argv as a rig compares it: the program's base name, no spec-config flags, no
-    --host or --port (``--flag value`` and ``--flag=value`` alike). The emulator's
-    ``python -m specsweep emulate`` reads as ``specsweep emulate``."""
-    args = list(argv)
+    --host or --port (``--flag value`` and ``--flag=value`` alike), secrets masked (``--api-key ***``:
+    which key a server wants does not change its speed). The emulator's ``python -m specsweep
+    emulate`` reads as ``specsweep emulate``; a shell string (``sh -c SCRIPT``) as the words of its
+    script, so trials that differ only in their port or spec config have the same flags."""
+    args = list(mask_argv(argv))
+    if len(args) == 3 and PurePosixPath(args[0]).name in SHELLS and args[1] == "-c":
+        with contextlib.suppress(ValueError):  # unbalanced quotes: compared as the script it is
+            args = shlex.split(args[2])
     if "emulate" in args and any(a == "specsweep" or a.endswith("/specsweep") for a in args[: args.index("emulate")]):
         args = ["specsweep", *args[args.index("emulate") :]]
     elif args:

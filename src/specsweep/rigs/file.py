@@ -21,7 +21,6 @@ what one side does not know is reported as unchecked.
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.launcher import study_emulator_argv
 from specsweep.runtime.store import write_json_atomic
 from specsweep.runtime.trial_server import placeholder_values, render_command
+from specsweep.secrets import mask_argv
 
 RIG_FILE = "rig.json"
 
@@ -129,7 +129,8 @@ def rig_from_dict(data: Any, *, source: str = "the rig file") -> Rig:
             engine=str(ident["engine"]),
             engine_version=ident.get("engine_version"),
             model=ident.get("model"),
-            server_args=None if ident.get("server_args") is None else tuple(str(a) for a in ident["server_args"]),
+            # masked again: a rig written before specsweep masked secrets may hold them
+            server_args=None if ident.get("server_args") is None else mask_argv([str(a) for a in ident["server_args"]]),
             server_facts=dict(ident.get("server_facts") or {}),
             specsweep_version=str(ident.get("specsweep_version", "")),
         )
@@ -207,8 +208,6 @@ def template_server_args(server: ServerConfig) -> tuple[str, ...] | None:
     else:
         values = placeholder_values(host=server.host, port=0, spec=None, spec_args=[], model=server.model, trial=0)
         argv = render_command(server.start, values)
-        if isinstance(server.start, str):
-            argv = shlex.split(argv[-1])
     return server_args_without_spec(server.engine, argv)
 
 

@@ -120,7 +120,9 @@ class ServerProcess:
         """Start the process in a new process group (session), output to the log file."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **(self.env or {})}
-        with open(self.log_path, "ab") as log:
+        # The server's own log is kept as it wrote it (a server may print its command line, keys
+        # and all): a new log is readable by the user only.
+        with open(os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
             try:
                 self.process = subprocess.Popen(
                     self.argv,

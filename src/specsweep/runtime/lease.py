@@ -6,6 +6,8 @@ specsweep process that owns it, the server's process (pid, process group, start 
 killed outright (SIGKILL, power loss of the terminal, OOM killer) cannot; the next run in the
 same folder finds the lease, sees that its owner is gone, and stops the server before it
 starts anything. Start times (from ``/proc``) guard against a pid reused by another program.
+The stop command is kept as it will be run, secrets and all, so a lease is readable by its
+owner only (0600).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specsweep.runtime.store import write_json_atomic
+from specsweep.secrets import mask_text, secrets_in
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,7 +114,7 @@ def lease_for(*, trial: int, pid: int | None, stop: list[str] | None = None, log
 
 
 def write_lease(path: Path, lease: ServerLease) -> None:
-    write_json_atomic(path, asdict(lease))
+    write_json_atomic(path, asdict(lease), private=True)
 
 
 def clear_lease(path: Path) -> None:
@@ -153,7 +156,7 @@ def _stop_leased(lease: ServerLease, grace_s: float) -> str:
                 ).returncode  # fmt: skip
             stopped.append(f"ran its stop command (exit code {code})")
         except (OSError, subprocess.TimeoutExpired) as exc:
-            stopped.append(f"its stop command failed ({exc})")
+            stopped.append(mask_text(f"its stop command failed ({exc})", secrets_in(commands=[lease.stop])))
     if lease.pgid is not None:
         members = _group_members(lease.pgid, lease.started) if Path("/proc").is_dir() else []
         leader_alive = process_alive(lease.pid, lease.started)

@@ -20,6 +20,7 @@ from specsweep.runtime.client import AUTH_REFUSED, StreamingClient, auth_refused
 from specsweep.runtime.driver import PromptCycle, run_closed_loop, run_open_loop
 from specsweep.runtime.modelled_time import ServerClock, read_clock
 from specsweep.runtime.scraper import scrape_metrics
+from specsweep.secrets import mask_text, mask_url
 from specsweep.types import ClockName, EventCallback, MetricsSnapshot, RequestRecord
 from specsweep.workload import Workload
 
@@ -99,7 +100,7 @@ class LevelResult:
 class Measurement:
     """One measurement of one server configuration on one workload."""
 
-    endpoint: str
+    endpoint: str  # as shown: its userinfo masked (settings.endpoint is the one requests go to)
     model: str
     engine: str | None
     workload: str
@@ -228,13 +229,13 @@ async def measure(
                     error = str(exc)
                     break
     return Measurement(
-        endpoint=settings.endpoint,
+        endpoint=mask_url(settings.endpoint),
         model=model,
         engine=engine.name if engine else None,
         workload=workload.name,
         settings=settings,
         levels=tuple(levels),
-        error=error,
+        error=None if error is None else mask_text(error),
         clock=clock.name,
         notes=clock.notes(),
     )

@@ -14,9 +14,10 @@ from typing import Any
 from specsweep import __version__
 from specsweep.errors import SpecsweepError
 from specsweep.runtime.measure import Measurement
+from specsweep.secrets import mask_url
 from specsweep.types import RequestRecord
 
-# Settings that must never reach a file.
+# Settings that must never reach a file (the endpoint's userinfo is masked: specsweep.secrets).
 SECRET_SETTINGS = ("api_key",)
 
 
@@ -34,6 +35,7 @@ def measurement_to_dict(measurement: Measurement) -> dict[str, Any]:
         for f in fields(measurement.settings)
         if f.name not in SECRET_SETTINGS
     }
+    settings["endpoint"] = mask_url(measurement.settings.endpoint)
     if measurement.settings.targets is not None:
         settings["targets"] = {str(b): asdict(t) for b, t in measurement.settings.targets.items()}
     levels = []
@@ -75,13 +77,14 @@ def finite_json(value: Any) -> Any:
     return value
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any, *, private: bool = False) -> None:
     """Write JSON to ``path`` through a temporary file and a rename: never a half-written file."""
-    write_atomic(path, json.dumps(data, indent=2) + "\n")
+    write_atomic(path, json.dumps(data, indent=2) + "\n", private=private)
 
 
-def write_atomic(path: Path, content: str | bytes) -> None:
-    """Write text or bytes to ``path`` through a temporary file and a rename."""
+def write_atomic(path: Path, content: str | bytes, *, private: bool = False) -> None:
+    """Write text or bytes to ``path`` through a temporary file and a rename; ``private``: readable
+    by the user only (0600), for a file that must hold a secret unmasked."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -90,7 +93,7 @@ def write_atomic(path: Path, content: str | bytes) -> None:
             handle.write(content)
             temporary = handle.name
         # A temporary file is private (0600); the file it becomes is as any file the user writes.
-        os.chmod(temporary, _file_mode())
+        os.chmod(temporary, 0o600 if private else _file_mode())
         os.replace(temporary, path)
     except OSError as exc:
         raise SpecsweepError(f"cannot write {path}: {exc.strerror or exc}.") from None

@@ -15,6 +15,9 @@ shell-string template.
 Before a start the port must be free: a server still answering there (a stale one, or someone
 else's) would otherwise pass the readiness check and be measured in place of the trial's.
 With ``lease_path`` the running server is recorded (``runtime/lease.py``) until it is stopped.
+
+The server is run with its command as rendered; what is kept of it (``StartedServer.argv``, the
+planned command of a dry run, a failure's reason) has its secrets masked (``specsweep.secrets``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from specsweep.runtime.launcher import (
     wait_until_ready,
 )
 from specsweep.runtime.lease import clear_lease, lease_for, write_lease
+from specsweep.secrets import MASK, mask_argv, mask_text, secrets_in
 from specsweep.templates import CommandTemplate, Values, has_placeholder
 from specsweep.types import BootFacts, SpeculativeConfig
 
@@ -62,6 +66,14 @@ def placeholder_values(
     }
 
 
+def server_secrets(config: ServerConfig) -> frozenset[str]:
+    """The secret values in a study's server commands and env table, to mask wherever they turn up
+    (a failure's reason quoting the server's log, say)."""
+    return secrets_in(
+        commands=(config.start, config.stop, config.wait_free, config.emulator.extra_args), env=config.env
+    )
+
+
 def render_command(template: tuple[str, ...] | str, values: Values) -> list[str]:
     """The argv to run for a template as ``ServerConfig`` holds it (checked when the study file was read)."""
     return CommandTemplate(text=template).render(values)
@@ -72,7 +84,7 @@ class StartedServer:
     """A server that answered its readiness check."""
 
     url: str
-    argv: tuple[str, ...]  # what was run (empty in attach mode)
+    argv: tuple[str, ...]  # what was run, secrets masked (empty in attach mode)
     startup_s: float
     boot: BootFacts
     log_path: Path
@@ -99,6 +111,7 @@ class TrialServer:
         self.ask_user = ask_user or _ask_on_terminal
         self._process: ServerProcess | None = None
         self._values: dict[str, str | list[str]] = {}
+        self.secrets = server_secrets(config)
 
     def start(self, spec: SpeculativeConfig | None, *, trial: int) -> StartedServer:
         """Start (or have the user start) the server with ``spec``; raise LaunchError subclasses."""
@@ -130,7 +143,7 @@ class TrialServer:
             raise LaunchError(refusal)
         return StartedServer(
             url=url,
-            argv=tuple(argv),
+            argv=mask_argv(argv, self.secrets),
             startup_s=startup,
             boot=self.engine.parse_boot_facts(self.log()),
             log_path=self.log_path,
@@ -151,7 +164,7 @@ class TrialServer:
         argv = self._argv(config.port, spec, trial)
         if config.mode == "emulator" and not config.port:
             argv[argv.index("--port") + 1] = "PORT"
-        return " ".join("PORT" if a == "PORT" else shlex.quote(a) for a in argv)
+        return " ".join(a if a in ("PORT", MASK) else shlex.quote(a) for a in mask_argv(argv, self.secrets))
 
     def _argv(self, port: int, spec: SpeculativeConfig | None, trial: int) -> list[str]:
         config = self.config
@@ -275,7 +288,7 @@ def _run_bounded(argv: list[str], timeout_s: float, log_path: Path) -> int:
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
             ).returncode
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise LaunchError(f"{argv[0]!r} failed: {exc}") from None
+            raise LaunchError(mask_text(f"{argv[0]!r} failed: {exc}", secrets_in(commands=[argv]))) from None
 
 
 def _ask_on_terminal(message: str) -> None:

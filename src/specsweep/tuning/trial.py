@@ -1,7 +1,8 @@
 """One trial: start the server with a spec config, measure every workload, record, stop it.
 
 The trial's figures go into the study (tuning/records.py), its full measurement into
-``trials/trial-NNNN.json`` beside it, its server log into ``logs/``. A server that does not
+``trials/trial-NNNN.json`` beside it, its server log into ``logs/`` (as the server wrote it, so
+readable by its owner only; what the study keeps has secrets masked: ``specsweep.secrets``). A server that does not
 start, dies, or measures nothing makes a failed trial with a one-line reason; what was measured
 before that is kept in the trial file.
 """
@@ -26,7 +27,8 @@ from specsweep.engines.registry import EngineInfo, engine_info
 from specsweep.errors import LaunchError, SpecsweepError
 from specsweep.runtime.identity import read_server_identity
 from specsweep.runtime.measure import MeasureEvent, Measurement, MeasureSettings, run_measure
-from specsweep.runtime.trial_server import TrialServer
+from specsweep.runtime.trial_server import TrialServer, server_secrets
+from specsweep.secrets import mask_text
 from specsweep.tuning import records
 from specsweep.tuning.events import (
     MeasuringWorkload,
@@ -143,6 +145,7 @@ class TrialRunner:
         self.engine = engine
         self.workloads = workloads
         self.api_key = api_key
+        self.secrets = server_secrets(config.server)  # masked in every reason a failed trial keeps
         self.worker = worker
         self.emit = emit
         self.ask_user = ask_user
@@ -236,6 +239,7 @@ class TrialRunner:
     ) -> None:
         if times is not None:
             records.record_times(trial, times)
+        reason = mask_text(reason, self.secrets)  # it may quote the server's log
         records.record_failure(trial, reason)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.emit(TrialFailed(trial=trial.number, reason=reason))
