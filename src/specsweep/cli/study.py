@@ -29,6 +29,7 @@ from specsweep.config import (
 )
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.errors import ConfigError, FitError
+from specsweep.names import check_name
 from specsweep.report.snippets import render_snippet, snippet_format_for
 from specsweep.rigs.file import RIG_FILE, load_rig, write_rig
 from specsweep.rigs.stored import build_rig
@@ -133,7 +134,7 @@ def study(
         if workload:
             chosen = replace(chosen, workloads={workload: 1.0})
     if study_name:
-        chosen = replace(chosen, name=study_name)
+        chosen = replace(chosen, name=check_name(study_name, what="--study-name"))
     if requests is not None:
         chosen = replace(chosen, measure=replace(chosen.measure, requests=requests))
     if tolerance is not None:
