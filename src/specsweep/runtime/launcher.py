@@ -29,6 +29,7 @@ import httpx
 
 from specsweep.config import EmulatorServer
 from specsweep.errors import LaunchError, ReadyTimeoutError, ServerCrashedError
+from specsweep.runtime.store import open_log
 
 # Where free ports are looked for when the kernel's ephemeral range is known: below it, so no
 # outgoing connection (a health poll, a scrape) can take the port as its own local port in the
@@ -120,7 +121,7 @@ class ServerProcess:
         """Start the process in a new process group (session), output to the log file."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **(self.env or {})}
-        with open(self.log_path, "ab") as log:
+        with open_log(self.log_path) as log:
             try:
                 self.process = subprocess.Popen(
                     self.argv,
