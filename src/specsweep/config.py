@@ -1,31 +1,35 @@
 """Parsing what users write (flags and study files) into frozen records; errors name the fix.
 
-A study file is TOML. The records below are the one home of every key and its default: the
-parser reads defaults off their fields (``specsweep.toml_records``), and ``KNOWN_KEYS``, which
-``docs/study-config.md`` is checked against, is derived from them. Command templates are checked
-by ``specsweep.templates``.
+A study file is TOML. The records below (and the [server] table's, in ``specsweep.server_config``)
+are the one home of every key and its default: the parser reads defaults off their fields
+(``specsweep.toml_records``), and ``KNOWN_KEYS``, which ``docs/study-config.md`` is checked
+against, is derived from them. Names that become paths are checked by ``specsweep.names``.
 """
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from specsweep.errors import ConfigError
-from specsweep.templates import (
-    PLACEHOLDERS,  # noqa: F401 (re-exported: callers and tests name it here)
-    parse_command_template,
+from specsweep.names import check_name
+from specsweep.server_config import (  # noqa: F401 (re-exported: callers name them here)
+    ENGINES,
+    MODES,
+    EmulatorServer,
+    ServerConfig,
+    check_positive,
+    default_mode,
+    default_port,
+    parse_server,
 )
+from specsweep.templates import PLACEHOLDERS  # noqa: F401 (re-exported: callers and tests name it here)
 from specsweep.toml_records import NAMES_TABLE, NOT_IN_FILE, RecordTable, record_default, record_keys
 
-ENGINES = ("emulator", "vllm", "sglang", "llama.cpp")
-MODES = ("emulator", "process", "commands", "attach")
 SAMPLERS = ("model", "grid", "tpe", "random")
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
 
 
 def parse_concurrency(text: str, *, flag: str = "--concurrency") -> tuple[int, ...]:
@@ -43,59 +47,6 @@ def _check_levels(levels: list[Any], where: str) -> tuple[int, ...]:
     if len(set(levels)) != len(levels):
         raise ConfigError(f"{where} lists a level twice: {levels!r}.")
     return tuple(levels)
-
-
-def default_mode(engine: str) -> str:
-    """server.mode when a file leaves it out: the emulator runs as itself, other engines as a process."""
-    return "emulator" if engine == "emulator" else "process"
-
-
-def default_port(mode: str) -> int:
-    """server.port when a file leaves it out: 0 (a free port per trial) where specsweep starts the server."""
-    return 0 if mode in ("emulator", "process") else 8000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EmulatorServer:
-    """The built-in emulator as the study's server."""
-
-    profile: str = "dgx-spark-v4-flash"
-    time_scale: float = 50.0
-    seed: int = 0
-    extra_args: tuple[str, ...] = ()
-
-    # The README's first study: 100 times faster than the hardware, so the profile's four-minute
-    # restart takes 2.4 s of wall clock and the study about a minute on 2 cores.
-    DEMO_TIME_SCALE: ClassVar[float] = 100.0
-
-    @classmethod
-    def demo(cls, profile: str) -> EmulatorServer:
-        """The emulator ``specsweep study`` runs when no study file is given."""
-        return cls(profile=profile, time_scale=cls.DEMO_TIME_SCALE)
-
-    def describe(self) -> str:
-        return f"profile {self.profile}, running {self.time_scale:g} times faster than the hardware it models"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServerConfig:
-    """How to start, reach and stop the server for each trial."""
-
-    engine: str = "emulator"
-    mode: str = default_mode(engine)  # the default engine's; in a file, default_mode(server.engine)
-    start: tuple[str, ...] | str | None = None  # argv template (no shell) or a shell command string
-    stop: tuple[str, ...] | str | None = None
-    wait_free: tuple[str, ...] | str | None = None  # polled after stop until it exits 0
-    env: dict[str, str] = field(default_factory=dict)
-    host: str = "127.0.0.1"
-    port: int = default_port(mode)  # the default mode's; in a file, default_port(server.mode)
-    ready_timeout_s: float = 900.0
-    ready_path: str = "/health"
-    stop_grace_s: float = 30.0
-    model: str | None = None
-    api: str = "chat"
-    api_key_env: str | None = None
-    emulator: EmulatorServer = field(default_factory=EmulatorServer)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,9 +141,7 @@ def parse_study_config(data: dict[str, Any], *, source: str = "<study>") -> Stud
         return RecordTable(values=data.get(name, {}), path=name, record=record, source=source)
 
     study = table("study", StudyConfig)
-    name = study.get("name", str, default=None)
-    if name is None or not NAME_PATTERN.match(name):
-        raise ConfigError(f"{source}: study.name must be letters, digits, '.', '_' or '-' (got {name!r}).")
+    name = check_name(study.get("name", str, default=None), what=f"{source}: study.name")
     sampler = study.choice("sampler", SAMPLERS)
     trials = study.get("trials", int)
     if trials is not None and trials < 1:
@@ -218,7 +167,7 @@ def parse_study_config(data: dict[str, Any], *, source: str = "<study>") -> Stud
         max_consecutive_failures=failures,
         heartbeat_s=heartbeat,
         tolerance=tolerance,
-        server=_parse_server(table("server", ServerConfig)),
+        server=parse_server(table("server", ServerConfig)),
         search=_parse_search(table("search", SearchSpace)),
         workloads=_parse_workloads(data.get("workloads", record_default(StudyConfig, "workloads")), source),
         measure=_parse_measure(table("measure", MeasureConfig)),
@@ -253,71 +202,6 @@ def _check_keys(data: dict[str, Any], source: str) -> None:
                 raise ConfigError(
                     f"{source}: unknown key {path}; valid keys in [{table}]: " + ", ".join(KNOWN_KEYS[table]) + "."
                 )
-
-
-def _command(table: RecordTable, key: str) -> tuple[str, ...] | str | None:
-    value = table.values.get(key)
-    return None if value is None else parse_command_template(value, where=f"{table.source}: {table.path}.{key}").text
-
-
-def _parse_server(table: RecordTable) -> ServerConfig:
-    source = table.source
-    engine = table.choice("engine", ENGINES)
-    mode = table.choice("mode", MODES, default=default_mode(engine))
-    if (engine == "emulator") != (mode == "emulator"):
-        raise ConfigError(f"{source}: server.mode 'emulator' goes with server.engine 'emulator' and only with it.")
-    start = _command(table, "start")
-    stop = _command(table, "stop")
-    if mode in ("process", "commands") and start is None:
-        raise ConfigError(f"{source}: server.start is required in mode {mode!r} (the command that starts the server).")
-    if mode == "commands" and stop is None:
-        raise ConfigError(f"{source}: server.stop is required in mode 'commands' (the command that stops the server).")
-    env = table.raw("env")
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise ConfigError(f'{source}: server.env must be a table of strings, e.g. {{ VLLM_LOGGING_LEVEL = "INFO" }}.')
-    port = table.get("port", int, default=default_port(mode))
-    if not 0 <= port <= 65535 or (port == 0 and mode in ("commands", "attach")):
-        raise ConfigError(f"{source}: server.port must be 1..65535 (0, a free port, only in process mode).")
-    api = table.get("api", str)
-    if api not in ("chat", "completions"):
-        raise ConfigError(f"{source}: server.api must be 'chat' or 'completions'.")
-    emulator = table.nested("emulator", EmulatorServer)
-    time_scale = emulator.get("time_scale", float)
-    if time_scale <= 0:
-        raise ConfigError(f"{source}: server.emulator.time_scale must be > 0.")
-    extra = emulator.raw("extra_args")
-    if not isinstance(extra, list) or not all(isinstance(x, str) for x in extra):
-        raise ConfigError(f"{source}: server.emulator.extra_args must be a list of strings.")
-    ready_timeout = table.get("ready_timeout_s", float)
-    stop_grace = table.get("stop_grace_s", float)
-    return ServerConfig(
-        engine=engine,
-        mode=mode,
-        start=start,
-        stop=stop,
-        wait_free=_command(table, "wait_free"),
-        env=dict(env),
-        host=table.get("host", str),
-        port=port,
-        ready_timeout_s=_positive(ready_timeout, "server.ready_timeout_s", source),
-        ready_path=table.get("ready_path", str),
-        stop_grace_s=_positive(stop_grace, "server.stop_grace_s", source),
-        model=table.get("model", str),
-        api=api,
-        api_key_env=table.get("api_key_env", str),
-        emulator=EmulatorServer(
-            profile=emulator.get("profile", str),
-            time_scale=time_scale,
-            seed=emulator.get("seed", int),
-            extra_args=tuple(extra),
-        ),
-    )
-
-
-def _positive(value: float, path: str, source: str) -> float:
-    if value <= 0:
-        raise ConfigError(f"{source}: {path} must be > 0.")
-    return value
 
 
 def _parse_search(table: RecordTable) -> SearchSpace:
@@ -401,7 +285,7 @@ def _parse_measure(table: RecordTable) -> MeasureConfig:
         )
     return MeasureConfig(
         concurrency=_check_levels(levels, f"{table.source}: measure.concurrency"),
-        timeout_s=_positive(table.get("timeout_s", float), "measure.timeout_s", table.source),
+        timeout_s=check_positive(table.get("timeout_s", float), "measure.timeout_s", table.source),
         **v,
     )
 

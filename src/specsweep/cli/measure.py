@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from specsweep.cli.options import check_duration, check_levels, check_url, one_of, seconds_of
 from specsweep.cli.printers import print_measurement, print_rig_recommendation
 from specsweep.config import parse_concurrency
-from specsweep.errors import ConfigError
+from specsweep.errors import RequestError
 from specsweep.rigs.file import check_server_against_rig, load_rig
 from specsweep.rigs.stored import recommend_for_measurement, rig_drafter
 from specsweep.runtime.client import api_key_from_env
@@ -167,9 +167,9 @@ def measure(
         if path is not None:
             write_json_atomic(path, record)
             out.print(f"wrote {path}")
-    if result.error:
+    if result.error:  # one line: the cause, the levels left unmeasured, and where the rest is
         kept = " (levels measured before it are shown above)" if result.levels else ""
-        raise ConfigError(f"measurement stopped: {result.error}{kept}")
+        raise RequestError(f"measurement stopped: {result.stop_line()}{kept}")
     if loaded_rig is not None:
         on_rig = recommend_for_measurement(loaded_rig, result, drafter=drafter, seed=seed)
         print_rig_recommendation(out, loaded_rig, rig, on_rig, unchecked=unchecked)

@@ -11,6 +11,8 @@ from rich.console import Console
 from specsweep.cli.options import one_of
 from specsweep.cli.printers import print_analysis
 from specsweep.engines.registry import engine_of_format
+from specsweep.errors import ConfigError
+from specsweep.names import check_name
 from specsweep.report.figures import TrialPoint
 from specsweep.report.snippets import FORMATS, snippet_format_for
 from specsweep.report.study_report import write_report
@@ -61,6 +63,13 @@ def report(
     a copied study folder reports with no server.
     """
     study = load_stored_study(folder, storage=storage, name=study_name)
+    if out is not None or folder is not None:
+        target = out or Path(folder) / "report"
+    else:  # the name is the storage's, chosen by whoever made the study: it must stay one folder here
+        try:
+            target = Path(f"{check_name(study.study_name, what='the study name in --storage')}-report")
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} Pass --out DIR to write its report elsewhere.") from None
     stored = analyze_stored_study(
         study,
         paste_engine=engine_of_format(fmt).name if fmt else None,
@@ -68,7 +77,6 @@ def report(
     )
     analysis, configs, settings = stored.analysis, stored.configs, stored.settings
     fmt = fmt or snippet_format_for(settings.engine)
-    target = out or (Path(folder) / "report" if folder is not None else Path(f"{study.study_name}-report"))
     files = write_report(
         analysis, configs, settings, trial_history(study), target, name=study.study_name, snippet_format=fmt
     )

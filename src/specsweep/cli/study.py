@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +29,9 @@ from specsweep.config import (
     load_study_config,
 )
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
-from specsweep.errors import ConfigError, FitError
+from specsweep.engines.registry import engine_info, max_model_len_flag
+from specsweep.errors import ConfigError, FitError, SpecsweepError
+from specsweep.names import check_name
 from specsweep.report.snippets import render_snippet, snippet_format_for
 from specsweep.rigs.file import RIG_FILE, load_rig, write_rig
 from specsweep.rigs.stored import build_rig
@@ -133,13 +136,14 @@ def study(
         if workload:
             chosen = replace(chosen, workloads={workload: 1.0})
     if study_name:
-        chosen = replace(chosen, name=study_name)
+        chosen = replace(chosen, name=check_name(study_name, what="--study-name"))
     if requests is not None:
         chosen = replace(chosen, measure=replace(chosen.measure, requests=requests))
     if tolerance is not None:
         chosen = replace(chosen, tolerance=tolerance)
     if max_itl_p99 is not None:
         chosen = replace(chosen, objective=replace(chosen.objective, max_itl_p99_s=max_itl_p99 / 1000))
+    refuse_what_no_server_answers(chosen)
     out = Console(soft_wrap=True)
     if dry_run:
         print_plan(out, plan_study(chosen))
@@ -186,9 +190,35 @@ def study(
     if outcome.time is not None:
         print_study_time(out, outcome.time)
     reported = _print_results(out, outcome.study, on_emulator=on_emulator)
+    if not measured_configs(outcome.study):  # a study that measured nothing is a failure, and says why
+        raise SpecsweepError(f"study {chosen.name} measured no configuration: {outcome.stop_reason}")
     _write_rig(out, outcome, chosen, paths.folder)
     if reported and paths.storage.startswith("sqlite:///"):
         out.print(f"figures, tables and fits: specsweep report {paths.folder}")
+
+
+def known_max_model_len(server: ServerConfig) -> tuple[int, str] | None:
+    """The server's max model length where it is known before a start, and where it comes from: the
+    emulator's profile, or the start command's flag (--max-model-len, --context-length, -c)."""
+    if server.mode == "emulator":
+        return load_profile(server.emulator.profile).max_model_len, f"profile {server.emulator.profile}"
+    if server.start is None:
+        return None
+    argv = shlex.split(server.start) if isinstance(server.start, str) else server.start
+    found = max_model_len_flag(engine_info(server.engine), argv)
+    return (found[0], f"{found[1]} in server.start") if found else None
+
+
+def refuse_what_no_server_answers(config: StudyConfig) -> None:
+    """Refuse, before any start, a study whose every request the server would refuse: a max_tokens
+    beyond the server's max model length (prompt and completion share it)."""
+    known = known_max_model_len(config.server)
+    asked = config.measure.max_tokens
+    if known is not None and asked >= known[0]:
+        raise ConfigError(
+            f"{config.source}: measure.max_tokens ({asked:,}) leaves no room for a prompt in the server's max "
+            f"model length ({known[0]:,}, {known[1]}): every request would be refused; lower measure.max_tokens."
+        )
 
 
 def _print_results(out: Console, study: optuna.Study, *, on_emulator: bool) -> bool:
@@ -200,7 +230,7 @@ def _print_results(out: Console, study: optuna.Study, *, on_emulator: bool) -> b
         return False
     settings = read_study_settings(study, configs)
     print_best_measured(out, configs, settings)
-    too_little = nothing_to_compare(configs, study.study_name)
+    too_little = nothing_to_compare(configs, study)
     if too_little is not None:
         out.print(f"\n[yellow]no recommendation[/yellow]: {too_little}")
         return False

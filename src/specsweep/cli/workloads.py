@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specsweep.errors import ConfigError
+from specsweep.names import check_name, file_part
 from specsweep.runtime.store import write_atomic
 from specsweep.workload import bundled_workload_names, load_workload, workload_jsonl
 
@@ -35,7 +36,8 @@ def workloads(
         if len(path) != 2:
             raise ConfigError("workloads import takes one file: specsweep workloads import FILE [--out DIR].")
         workload = load_workload(path[1])
-        target = (out or Path(".")) / f"{name or workload.name}.jsonl"
+        stem = check_name(name, what="--name") if name is not None else file_part(workload.name)
+        target = (out or Path(".")) / f"{stem}.jsonl"
         if target.resolve() == Path(path[1]).resolve():
             raise ConfigError(f"{target} is the file being imported; pass --out DIR or --name NAME.")
         write_atomic(target, workload_jsonl(workload))

@@ -47,6 +47,8 @@ from specsweep.errors import ConfigError
 from specsweep.types import CounterNames, SpeculativeConfig
 
 METRIC_PREFIX = "llamacpp:"
+# The context size of the server, shared by its slots (common/arg.cpp, -c/--ctx-size; 0: the model's).
+CONTEXT_FLAGS = ("-c", "--ctx-size")
 COUNTERS = CounterNames(
     generation_tokens="llamacpp:tokens_predicted_total",
     prompt_tokens="llamacpp:prompt_tokens_total",

@@ -56,6 +56,8 @@ class EngineInfo:
     table_refusal: Callable[[SpeculativeConfig], str | None] = lambda spec: None
     # Why a server that started does not run the configuration asked, from its log (None: it does).
     boot_refusal: Callable[[str], str | None] = lambda log: None
+    # The flags that bound a request's prompt and completion tokens (the server's max model length).
+    context_flags: tuple[str, ...] = vllm.CONTEXT_FLAGS
     # The line to say when a server's version is not one whose vocabulary specsweep knows.
     vocabulary_note: Callable[[str | None], str | None] = lambda version: None
 
@@ -96,6 +98,7 @@ ENGINES = {
         table_refusal=llamacpp.table_refusal,
         vocabulary_note=llamacpp.vocabulary_note,
         boot_refusal=llamacpp.boot_refusal,
+        context_flags=llamacpp.CONTEXT_FLAGS,
         running_gauge=llamacpp.REQUESTS_PROCESSING,
         waiting_gauge=llamacpp.REQUESTS_DEFERRED,
     ),
@@ -112,6 +115,7 @@ ENGINES = {
         running_gauge=sglang.NUM_RUNNING_REQS,
         waiting_gauge=sglang.NUM_QUEUE_REQS,
         accept_length_gauge=sglang.ACCEPT_LENGTH_GAUGE,
+        context_flags=sglang.CONTEXT_FLAGS,
     ),
 }
 
@@ -195,12 +199,24 @@ def server_args_without_spec(engine: str, argv: list[str] | tuple[str, ...]) -> 
 
 def max_num_seqs_flag(argv: Sequence[str]) -> int | None:
     """The value of ``--max-num-seqs N`` (or ``--max-num-seqs=N``) in a command line, if it is a number."""
+    found = flag_number(argv, ("--max-num-seqs",))
+    return found[0] if found else None
+
+
+def max_model_len_flag(engine: EngineInfo, argv: Sequence[str]) -> tuple[int, str] | None:
+    """The server's max model length from its command line, and the flag that set it: None where
+    no flag sets it to a number above 0 (the engine then takes the model's own)."""
+    found = flag_number(argv, engine.context_flags)
+    return found if found and found[0] > 0 else None
+
+
+def flag_number(argv: Sequence[str], flags: Sequence[str]) -> tuple[int, str] | None:
+    """The whole-number value of the first of ``flags`` (``--flag N`` or ``--flag=N``) in a command line."""
     for index, arg in enumerate(argv):
-        value = None
-        if arg == "--max-num-seqs" and index + 1 < len(argv):
-            value = argv[index + 1]
-        elif arg.startswith("--max-num-seqs="):
-            value = arg.split("=", 1)[1]
-        if value is not None and value.isdigit():
-            return int(value)
+        name, _, attached = arg.partition("=")
+        if name not in flags:
+            continue
+        value = attached if "=" in arg else (argv[index + 1] if index + 1 < len(argv) else "")
+        if value.isdigit():
+            return int(value), name
     return None

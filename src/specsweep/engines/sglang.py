@@ -61,6 +61,8 @@ from specsweep.errors import ConfigError
 from specsweep.types import BatchSizeRange, CounterNames, SpeculativeConfig
 
 METRIC_PREFIX = "sglang:"
+# The flag that bounds prompt and completion tokens of one request (srt/server_args.py, context_length).
+CONTEXT_FLAGS = ("--context-length",)
 COUNTERS = CounterNames(generation_tokens="sglang:generation_tokens_total", prompt_tokens="sglang:prompt_tokens_total")
 ACCEPT_LENGTH_GAUGE = "sglang:spec_accept_length"
 ACCEPT_RATE_GAUGE = "sglang:spec_accept_rate"

@@ -40,6 +40,8 @@ MTP_ALIASES = (
     "longcat_flash_mtp",
 )
 REMOVED_METHODS = ("medusa", "mlp_speculator")
+# The flag that bounds prompt and completion tokens of one request (engine/arg_utils.py, EngineArgs.max_model_len).
+CONTEXT_FLAGS = ("--max-model-len",)
 METHODS_NEEDING_MODEL = ("draft_model", "eagle", "eagle3", "dflash", *REMOVED_METHODS)
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
 REJECTION_SAMPLE_METHODS = ("standard", "synthetic", "block", "fly")

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from specsweep.engines import llamacpp, sglang
+from specsweep.names import file_part
 from specsweep.runtime.store import write_atomic
 from specsweep.types import SpeculativeConfig
 
@@ -108,6 +109,6 @@ def write_adaptive_config(spec: SpeculativeConfig | None, folder: Path, workload
     (``sglang-adaptive-WORKLOAD.json``); None when there is no table to write."""
     if spec is None or not spec.num_speculative_tokens_per_batch_size:
         return None
-    path = folder / f"sglang-adaptive-{workload}.json"
+    path = folder / f"sglang-adaptive-{file_part(workload)}.json"
     write_atomic(path, sglang.adaptive_config_text(spec.num_speculative_tokens_per_batch_size))
     return path

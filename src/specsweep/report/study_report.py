@@ -15,6 +15,7 @@ from specsweep.analysis.drafters import Candidate, drafter_label
 from specsweep.analysis.recommendation import Gain, Recommendation
 from specsweep.analysis.snippet_plan import SnippetPlan
 from specsweep.analysis.study import StudyAnalysis
+from specsweep.names import file_part
 from specsweep.report import document as doc
 from specsweep.report.figures import (
     TrialPoint,
@@ -158,12 +159,16 @@ def write_report(
     blocks.append(doc.Bullets(items=tuple(r.reason for r in analysis.recommendations) + analysis.notes))
     for workload in analysis.workloads:
         blocks.append(doc.Heading(text=f"{workload}: acceptance decay"))
-        path = render_figure(acceptance_figure_data(analysis, workload), figures_dir / f"acceptance-{workload}.png")
+        path = render_figure(
+            acceptance_figure_data(analysis, workload), figures_dir / f"acceptance-{file_part(workload)}.png"
+        )
         figures.append(path)
         blocks.append(doc.Figure(path=path, caption=f"Per-position and conditional acceptance, {workload}"))
         blocks.extend(_fit_blocks(analysis, workload))
         blocks.append(doc.Heading(text=f"{workload}: throughput against draft length"))
-        path = render_figure(throughput_figure_data(analysis, workload), figures_dir / f"throughput-{workload}.png")
+        path = render_figure(
+            throughput_figure_data(analysis, workload), figures_dir / f"throughput-{file_part(workload)}.png"
+        )
         figures.append(path)
         blocks.append(doc.Figure(path=path, caption=f"Measured points, model and 95% band, {workload}"))
         model = analysis.models.get(workload)

@@ -68,6 +68,7 @@ class StreamingClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.model = model
         self.api = api
+        self._api_key = api_key
         self.continuous_usage = continuous_usage
         self.extra_body = dict(extra_body or {})
         self._http = httpx.AsyncClient(
@@ -127,7 +128,7 @@ class StreamingClient:
         self, path: str, body: dict[str, Any], prompt_id: str, max_tokens: int, cut: asyncio.Event | None
     ) -> RequestRecord:
         started = time.perf_counter()
-        tracker = _StreamTracker(started)
+        tracker = _StreamTracker(started, secret=self._api_key)
         try:
             async with self._http.stream("POST", path, json=body) as response:
                 if response.status_code in AUTH_REFUSED:
@@ -139,7 +140,9 @@ class StreamingClient:
                 if response.status_code != 200:
                     text = (await response.aread()).decode("utf-8", "replace")
                     return tracker.record(
-                        prompt_id, max_tokens, error=f"HTTP {response.status_code}: {_error_message(text)}"
+                        prompt_id,
+                        max_tokens,
+                        error=f"HTTP {response.status_code}: {server_error_line(text, secret=self._api_key)}",
                     )
                 # Arrival times from the transport (the kernel's receive times) when it
                 # has them, else the time each piece is read, before any parsing.
@@ -182,13 +185,15 @@ class _StreamTracker:
         "num_chunks",
         "prompt_tokens",
         "response_id",
+        "secret",
         "spec_verify_ct",
         "started",
         "usage_tokens",
     )
 
-    def __init__(self, started: float) -> None:
+    def __init__(self, started: float, *, secret: str | None = None) -> None:
         self.started = started
+        self.secret = secret  # the API key sent, masked in the error a stream carries
         self.first: float | None = None
         self.last: float | None = None
         self.num_chunks = 0
@@ -221,7 +226,7 @@ class _StreamTracker:
             self.error = f"malformed SSE event: {data[:80]!r}"
             return True
         if "error" in event:
-            self.error = f"server error in stream: {_error_message(json.dumps(event))}"
+            self.error = f"server error in stream: {server_error_line(json.dumps(event), secret=self.secret)}"
             return True
         content = ""
         choices = event.get("choices")
@@ -303,9 +308,21 @@ def _int_or(value: object, default: int | None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def _error_message(text: str) -> str:
-    """The message of an OpenAI/vLLM error body, or the start of the text, as one line."""
-    return " ".join(_error_text(text).split()) or "(empty body)"
+ERROR_CHARS = 200  # the most of a server's error message a record keeps
+_BEARER = re.compile(r"(?i)(bearer\s+)\S+")
+
+
+def server_error_line(text: str, *, secret: str | None = None) -> str:
+    """What a server's error body says, as a record keeps and the console prints it: the message of
+    an OpenAI/vLLM error body (or the body's text), its first line with spaces collapsed, at most
+    ERROR_CHARS long, with the API key sent (and any bearer token) masked."""
+    message = _error_text(text)
+    if secret:
+        message = message.replace(secret, "***")
+    message = _BEARER.sub(r"\1***", message)
+    first = next((line for line in message.splitlines() if line.strip()), "")
+    line = " ".join(first.split())
+    return (line[: ERROR_CHARS - 3] + "...") if len(line) > ERROR_CHARS else line or "(empty body)"
 
 
 def _error_text(text: str) -> str:
@@ -315,11 +332,11 @@ def _error_text(text: str) -> str:
         title = re.search(r"<title>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
         if text.lstrip()[:1] == "<":  # a web page, not an API's error
             return "an HTML page" + (f" titled {' '.join(title.group(1).split())!r}" if title else "")
-        return text.strip()[:200] or "(empty body)"
+        return text
     if isinstance(body, dict):
         error = body.get("error", body)
         if isinstance(error, dict) and "message" in error:
-            return str(error["message"])[:200]
+            return str(error["message"])
         if "message" in body:
-            return str(body["message"])[:200]
-    return text.strip()[:200]
+            return str(body["message"])
+    return text

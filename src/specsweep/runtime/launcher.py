@@ -29,6 +29,7 @@ import httpx
 
 from specsweep.config import EmulatorServer
 from specsweep.errors import LaunchError, ReadyTimeoutError, ServerCrashedError
+from specsweep.runtime.store import open_log
 
 # Where free ports are looked for when the kernel's ephemeral range is known: below it, so no
 # outgoing connection (a health poll, a scrape) can take the port as its own local port in the
@@ -120,9 +121,7 @@ class ServerProcess:
         """Start the process in a new process group (session), output to the log file."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **(self.env or {})}
-        # The server's own log is kept as it wrote it (a server may print its command line, keys
-        # and all): a new log is readable by the user only.
-        with open(os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
+        with open_log(self.log_path) as log:  # readable by the user only: see open_log
             try:
                 self.process = subprocess.Popen(
                     self.argv,

@@ -21,7 +21,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specsweep.runtime.store import write_json_atomic
+from specsweep.errors import SpecsweepError
+from specsweep.runtime.store import open_log, write_json_atomic
 from specsweep.secrets import mask_text, secrets_in
 
 
@@ -149,13 +150,13 @@ def _stop_leased(lease: ServerLease, grace_s: float) -> str:
     stopped: list[str] = []
     if lease.stop:
         try:
-            with open(lease.log or os.devnull, "ab") as log:
+            with open_log(Path(lease.log)) if lease.log else open(os.devnull, "ab") as log:
                 code = subprocess.run(
                     list(lease.stop), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     timeout=grace_s + 30, check=False,
                 ).returncode  # fmt: skip
             stopped.append(f"ran its stop command (exit code {code})")
-        except (OSError, subprocess.TimeoutExpired) as exc:
+        except (OSError, SpecsweepError, subprocess.TimeoutExpired) as exc:
             stopped.append(mask_text(f"its stop command failed ({exc})", secrets_in(commands=[lease.stop])))
     if lease.pgid is not None:
         members = _group_members(lease.pgid, lease.started) if Path("/proc").is_dir() else []

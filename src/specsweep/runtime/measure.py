@@ -112,6 +112,20 @@ class Measurement:
     clock: ClockName = "wall clock"
     notes: tuple[str, ...] = ()  # what the reader must know of the whole measurement
 
+    @property
+    def unmeasured(self) -> tuple[int, ...]:
+        """The closed-loop levels asked for that the measurement did not reach (it stopped before)."""
+        if self.settings.rate_per_s:
+            return ()
+        return self.settings.concurrency[len(self.levels) :]
+
+    def stop_line(self) -> str | None:
+        """Why the measurement stopped early and what it left unmeasured, as one line (None: it did not)."""
+        if self.error is None:
+            return None
+        left = self.unmeasured
+        return self.error.rstrip(".") + (f"; concurrency {', '.join(map(str, left))} not measured" if left else "")
+
 
 def thin_levels(concurrency: tuple[int, ...], requests: int) -> str | None:
     """A warning when a closed-loop level has fewer than two measured requests per stream: each
@@ -222,11 +236,13 @@ async def measure(
             plan: list[int | None] = [None] if settings.rate_per_s else list(settings.concurrency)
             for concurrency in plan:
                 try:
-                    levels.append(
-                        await _measure_level(settings, http, client, prompts, engine, concurrency, emit, clock)
-                    )
+                    level = await _measure_level(settings, http, client, prompts, engine, concurrency, emit, clock)
                 except (RequestError, MetricsError) as exc:
                     error = str(exc)
+                    break
+                levels.append(level)
+                error = measured_nothing(level)
+                if error is not None:  # the next level would fail alike: the cause is the server's answer
                     break
     return Measurement(
         endpoint=mask_url(settings.endpoint),
@@ -318,11 +334,20 @@ async def _measure_level(
         notes.append(f"{summary.stopped_early} request(s) stopped before max_tokens (EOS); they are flagged")
     if summary.errors:
         reasons = ", ".join(f"{k} x{v}" for k, v in summary.error_reasons.items())
-        notes.append(f"{summary.errors} request(s) failed ({reasons})")
+        first = next(r.error for r in run.records if not r.ok)
+        notes.append(f"{summary.errors} request(s) failed ({reasons}); the first: {first}")
     return LevelResult(
         summary=summary, records=run.records, delta=delta, notes=tuple(notes), stopped_by=run.stopped_by,
         warmup_s=warmup_s, cut=run.cut,
     )  # fmt: skip
+
+
+def measured_nothing(level: LevelResult) -> str | None:
+    """Why a level measured nothing, when every one of its requests failed (None: some succeeded)."""
+    if not level.records or any(r.ok for r in level.records):
+        return None
+    where = f"at concurrency {level.summary.concurrency}" if level.summary.concurrency else "in the open loop"
+    return f"every request {where} failed: {level.records[0].error or 'unknown error'}"
 
 
 def _stop_reason(target: LevelTarget, clock: ServerClock, records: Sequence[RequestRecord]) -> str | None:

@@ -1,7 +1,12 @@
-"""Writing results to files: JSON records of measurements, written atomically."""
+"""Writing results to files: JSON records of measurements, written atomically; logs, appended.
+
+Neither follows a symlink planted where a file of its own goes: the atomic writers rename over
+it, ``open_log`` removes it and creates the log afresh.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -9,7 +14,7 @@ import tempfile
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from specsweep import __version__
 from specsweep.errors import SpecsweepError
@@ -97,6 +102,27 @@ def write_atomic(path: Path, content: str | bytes, *, private: bool = False) -> 
         os.replace(temporary, path)
     except OSError as exc:
         raise SpecsweepError(f"cannot write {path}: {exc.strerror or exc}.") from None
+
+
+def open_log(path: Path) -> BinaryIO:
+    """Open a log for appending (its folder made if missing); a new log is readable by the user
+    only (a server may print its command line, keys and all, and its log is kept as it wrote it). A symlink at ``path`` is removed and
+    the log created in its place, as the atomic writers replace one: a log never writes through a
+    link to another file. A link planted again between the removal and the open is refused."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            descriptor = os.open(path, flags, 0o600)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP or not path.is_symlink():
+                raise
+            path.unlink()  # the link itself; whatever it points at is left as it was
+            descriptor = os.open(path, flags | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise SpecsweepError(f"cannot write the log {path}: {exc.strerror or exc}.") from None
+    return os.fdopen(descriptor, "ab")
 
 
 def _file_mode() -> int:

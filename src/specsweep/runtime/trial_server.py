@@ -44,6 +44,7 @@ from specsweep.runtime.launcher import (
     wait_until_ready,
 )
 from specsweep.runtime.lease import clear_lease, lease_for, write_lease
+from specsweep.runtime.store import open_log
 from specsweep.secrets import MASK, mask_argv, mask_text, secrets_in
 from specsweep.templates import CommandTemplate, Values, has_placeholder
 from specsweep.types import BootFacts, SpeculativeConfig
@@ -282,7 +283,7 @@ def _check_port_free(host: str, port: int, *, wait_s: float = 10.0) -> None:
 
 def _run_bounded(argv: list[str], timeout_s: float, log_path: Path) -> int:
     """Run a helper command to completion (output appended to the trial log); its exit code."""
-    with open(log_path, "ab") as log:
+    with open_log(log_path) as log:
         try:
             return subprocess.run(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False

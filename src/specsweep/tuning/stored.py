@@ -21,7 +21,7 @@ from specsweep.analysis.drafters import Candidate, drafter_of
 from specsweep.analysis.study import StudyAnalysis, analyze_with_settings, measured_rates
 from specsweep.engines.registry import engine_info, known_engine
 from specsweep.errors import ConfigError, FitError
-from specsweep.tuning.records import measured_configs
+from specsweep.tuning.records import measured_configs, read_trials
 from specsweep.tuning.space import OFF_KEY
 from specsweep.tuning.storage import open_storage, redact_password
 from specsweep.tuning.study_settings import read_study_settings
@@ -63,11 +63,20 @@ def pick_best(
     )
 
 
-def nothing_to_compare(configs: list[MeasuredConfig], name: str) -> str | None:
+def nothing_to_compare(configs: list[MeasuredConfig], study: optuna.Study) -> str | None:
     """Why the study cannot recommend yet, when it measured speculation off alone (or nothing):
-    a recommendation compares at least one speculative configuration with it."""
+    a recommendation compares at least one speculative configuration with it. When nothing was
+    measured because its trials failed, the last failure is the reason, not a want of trials."""
     if any(c.feasible and c.spec is not None and c.spec.num_speculative_tokens for c in configs):
         return None
+    name = study.study_name
+    failed = [t.fail_reason for t in read_trials(study) if t.failed and t.fail_reason]
+    if not configs and failed:
+        return (
+            f"study {name} has measured no configuration: its {len(failed)} trial(s) failed, the last: "
+            f"{failed[-1].rstrip('.')}; fix that before running it again (a study file changed to fix it is a "
+            "new study: give it another --study-name)."
+        )
     measured = "only speculation off" if any(c.feasible for c in configs) else "no configuration"
     return (
         f"study {name} has measured {measured}: there is nothing to compare yet; continue it with "
@@ -104,7 +113,7 @@ def analyze_stored_study(
     cannot take a per-batch-size choice, the paste says which levels give way. ``max_itl_p99_s``:
     a latency target in place of the study's own."""
     configs = configs if configs is not None else measured_configs(study)
-    too_little = nothing_to_compare(configs, study.study_name)
+    too_little = nothing_to_compare(configs, study)
     if too_little is not None:
         raise FitError(too_little)
     settings = settings if settings is not None else read_study_settings(study, configs)

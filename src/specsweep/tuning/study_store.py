@@ -21,6 +21,7 @@ from specsweep.config import ServerConfig, StudyConfig
 from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import engine_info, max_num_seqs_flag
 from specsweep.errors import ConfigError
+from specsweep.names import check_name
 from specsweep.runtime.run_owner import RunLock, RunOwner, hold_run_lock, owner_is_dead, this_run
 from specsweep.tuning import records, study_settings
 from specsweep.tuning.space import Space, config_key
@@ -59,8 +60,9 @@ class StudyPaths:
 
 
 def study_paths(config: StudyConfig, studies_dir: Path, storage: str | None = None) -> StudyPaths:
-    """The study folder, and the storage URL (SQLite in the folder unless one is given)."""
-    folder = studies_dir / config.name
+    """The study folder, and the storage URL (SQLite in the folder unless one is given); the folder is
+    always one name inside ``studies_dir``."""
+    folder = studies_dir / check_name(config.name, what="the study's name")
     url = storage or config.storage or f"sqlite:///{(folder / 'study.db').as_posix()}"
     return StudyPaths(folder=folder, storage=url)
 

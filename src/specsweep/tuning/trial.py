@@ -207,7 +207,7 @@ class TrialRunner:
                 if crashed or measurements[name].error:
                     write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
                     times = self._times(trial_started, measuring_started, measurements)
-                    self.fail(study, trial, crashed or f"measurement failed: {measurements[name].error}", times)
+                    self.fail(study, trial, crashed or f"measurement failed: {measurements[name].stop_line()}", times)
                     return None
         finally:
             with contextlib.suppress(SpecsweepError):
