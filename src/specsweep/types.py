@@ -257,6 +257,11 @@ class RunNoisePrior:
     source: str  # what the figure rests on, in words
 
 
+# What server starts usually vary by before a study's own starts show theirs (every engine's, unless
+# its vocabulary says otherwise): the one default the step model's start effect is drawn toward.
+USUAL_RUN_NOISE = RunNoisePrior(relative_sd=0.02, df=2, source="assumed until the study's starts show theirs")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StudySettings:
     """What a study was asked to do, as its storage keeps it."""

@@ -41,9 +41,8 @@ class CandidateRate:
     shortfall_tokens_per_s: float  # highest predicted minus this one, from paired draws
     shortfall_low_tokens_per_s: float
     shortfall_high_tokens_per_s: float
-    step_time_source: str  # "measured" or "line"
+    step_time_source: str  # "measured" or "model"
     measured_tokens_per_s: float | None
-    misfit: bool = False  # its drafter's step times misfit a line here: it is ranked on what it measured
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,7 +138,6 @@ def recommend_draft_length(
             shortfall_high_tokens_per_s=float(short_high[j]),
             step_time_source=sample.step_time_source[j],
             measured_tokens_per_s=measured(c),
-            misfit=(fit := model.fit_for(concurrency, c.drafter)) is not None and not c.off and fit.misfit,
         )
         for j, c in enumerate(sample.candidates)
     )

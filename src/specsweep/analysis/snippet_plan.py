@@ -42,12 +42,11 @@ class SnippetPlan:
     max_batch_known: bool  # False: the server's max_num_seqs was not known
     given_up: tuple[str, ...]  # levels where the paste cannot run the recommendation, and what it costs
     untested: tuple[str, ...]  # recommendations never measured: shown, not pasted
-    measured_over_model: tuple[str, ...] = ()  # tied leaders the measurements favour where the model misfits
 
     @property
     def notes(self) -> tuple[str, ...]:
         """What the paste departs from, and why: one line each."""
-        return self.measured_over_model + self.given_up + self.untested
+        return self.given_up + self.untested
 
     @property
     def k_by_concurrency(self) -> dict[int, int]:
@@ -68,21 +67,11 @@ def plan_snippet(
     (None: it can; a None callable: every config can, as on vLLM)."""
     picks: dict[int, CandidateRate] = {}
     untested: list[str] = []
-    favoured: list[str] = []
     for rec in recommendations:
         rows = {row.candidate: row for row in rec.candidates}
         measured = [row for row in rec.candidates if row.measured_tokens_per_s is not None]
         if rec.measured or not measured:
             picks[rec.concurrency] = rows[rec.choice]
-            favourite = _measured_favourite(rec, rows)
-            if favourite is not None:
-                picks[rec.concurrency] = favourite
-                favoured.append(
-                    f"at concurrency {rec.concurrency} the model ranks {rec.choice.label} first, tied with "
-                    f"{favourite.candidate.label}, and misfits there; the measurements favour "
-                    f"{favourite.candidate.label} ({favourite.measured_tokens_per_s:.1f} against "
-                    f"{rows[rec.choice].measured_tokens_per_s:.1f} tok/s measured): the paste runs it"
-                )
             continue
         best = max(measured, key=lambda row: row.tokens_per_s)
         picks[rec.concurrency] = best
@@ -100,7 +89,6 @@ def plan_snippet(
         return SnippetPlan(
             workload=workload, spec=None, choice_by_concurrency=choice, table=(), max_batch=max_batch,
             max_batch_known=max_num_seqs is not None, given_up=(), untested=tuple(untested),
-            measured_over_model=tuple(favoured),
         )  # fmt: skip
     by_rec = {rec.concurrency: rec for rec in recommendations}
     options = {
@@ -138,18 +126,7 @@ def plan_snippet(
         max_batch_known=max_num_seqs is not None,
         given_up=tuple(given_up),
         untested=tuple(untested),
-        measured_over_model=tuple(favoured),
     )
-
-
-def _measured_favourite(rec: Recommendation, rows: Mapping[Candidate, CandidateRate]) -> CandidateRate | None:
-    """Among the recommendation and the leaders tied with it, all measured, the one measured fastest,
-    where it is not the recommendation and the model misfits one of them (None: the model stands)."""
-    leaders = [rows[c] for c in (rec.choice, *rec.tied) if rows[c].measured_tokens_per_s is not None]
-    if len(leaders) < 2 or not any(row.misfit for row in leaders) or rows[rec.choice] not in leaders:
-        return None
-    best = max(leaders, key=lambda row: row.measured_tokens_per_s or 0.0)
-    return None if best.candidate == rec.choice else best
 
 
 def _runs_with(

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from specsweep.analysis.aggregate import fit_aggregate_acceptance
-from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, drafter_of, lookup_drafters
+from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, drafter_of
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
 from specsweep.analysis.latency import itl_limit
-from specsweep.analysis.noise import RunNoise, run_to_run_noise
+from specsweep.analysis.noise import RunNoise, noise_of
 from specsweep.analysis.rates import RatePrediction, predict_throughput
 from specsweep.analysis.recommendation import Recommendation, recommend_draft_length
 from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
@@ -68,18 +68,14 @@ def model_workload(
     draws: int = 400,
     seed: int = 0,
     noise_prior: RunNoisePrior | None = None,
-    looks_up: Callable[[SpeculativeConfig], bool] | None = None,
 ) -> WorkloadModel:
-    """The acceptance fits and the throughput model of one workload, from the feasible configurations;
-    the run-to-run noise pools the engine's ``noise_prior`` in (analysis/noise.py). ``looks_up``: the
-    engine's rule for drafters that look their drafts up, whose step time is no line in k."""
+    """The acceptance fits and the step model of one workload, from the feasible configurations;
+    the start effect is drawn toward the engine's ``noise_prior`` (analysis/noise.py)."""
     feasible = [c for c in configs if c.feasible]
     acceptance = drafter_acceptance(feasible, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
     observations = study_observations(feasible, workload)
-    noise = run_to_run_noise(feasible, workload, noise_prior, looks_up=looks_up)
-    run_noise = None if noise is None else (noise.relative_sd, noise.df + (noise.prior.df if noise.prior else 0))
-    lookups = lookup_drafters((c.spec for c in feasible), looks_up)
-    throughput = fit_throughput_model(observations, run_noise=run_noise, lookups=lookups) if observations else None
+    throughput = fit_throughput_model(observations, start_prior=noise_prior) if observations else None
+    noise = noise_of(throughput, workload, noise_prior) if throughput is not None else None
     return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput, noise=noise)
 
 
@@ -140,7 +136,6 @@ def analyze_study(
     tolerance: float = 0.01,
     table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
     max_itl_p99_s: float | None = None,
-    looks_up: Callable[[SpeculativeConfig], bool] | None = None,
     idle: Collection[Candidate] = (),
 ) -> StudyAnalysis:
     """Fit, model and recommend for every workload and concurrency level a study measured.
@@ -161,9 +156,8 @@ def analyze_study(
     snippets: list[SnippetPlan] = []
     for workload in workloads:
         fitted = model_workload(
-            measured, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed, noise_prior=noise_prior,
-            looks_up=looks_up,
-        )  # fmt: skip
+            measured, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed, noise_prior=noise_prior
+        )
         acceptance.extend(fitted.acceptance)
         model = fitted.throughput
         levels = [b for b in concurrency_levels if model is not None and b in model.concurrency_levels]
@@ -180,29 +174,6 @@ def analyze_study(
             )
         model_inputs = {d: f for d, f in by_drafter.items()}
         base = candidate_of(baseline, objective_concurrency) if baseline is not None else None
-        for fit in model.fits:
-            lone = fit.lone_start
-            if lone is not None and fit.drafter is not None:
-                notes.append(
-                    f"{workload}: at concurrency {fit.concurrency}, {fit.drafter.label} "
-                    f"k={lone.num_speculative_tokens} was measured in one server start that alone keeps its step "
-                    "times off a line in k (a lone start): "
-                    "an unlucky start or a real step, which one start cannot tell; the model holds both until a "
-                    "repeat of it does."
-                )
-            elif fit.looks_up and fit.misfit and fit.drafter is not None:
-                notes.append(
-                    f"{workload}: at concurrency {fit.concurrency}, {fit.drafter.label} looks its drafts up in the "
-                    "text, so its step time is no line in k: each measured configuration is ranked on what it "
-                    "measured, and the line only fills the draft lengths not measured."
-                )
-            elif fit.misfit and fit.drafter is not None:
-                notes.append(
-                    f"{workload}: at concurrency {fit.concurrency}, {fit.drafter.label}'s measured step times are "
-                    "off a line in k by more than the run-to-run noise (the model misfits: "
-                    "a drafter that drafts only where the text matches, or steps shaped by captured batch sizes); "
-                    "each measured configuration is ranked on what it measured, not on the line."
-                )
         mine: list[Recommendation] = []
         for level in levels:
             predictions.append(
@@ -273,12 +244,11 @@ def analyze_with_settings(
     *,
     seed: int = 0,
     table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
-    looks_up: Callable[[SpeculativeConfig], bool] | None = None,
     idle: Collection[Candidate] = (),
 ) -> StudyAnalysis:
     """:func:`analyze_study` of a study's measured configurations as its settings ask: the search
     decides on, and the report draws, this one analysis (``table_refusal``: the engine's, for
-    the paste; ``looks_up``: the engine's rule for drafters that look their drafts up)."""
+    the paste)."""
     return analyze_study(
         configs,
         workloads=settings.workloads,
@@ -293,7 +263,6 @@ def analyze_with_settings(
         tolerance=settings.tolerance,
         table_refusal=table_refusal,
         max_itl_p99_s=settings.max_itl_p99_s,
-        looks_up=looks_up,
         idle=idle,
     )
 

@@ -91,13 +91,13 @@ def print_rig(out: Console, built: Rig) -> None:
     out.print(f"[bold]rig[/bold]: {describe_rig(built)}")
     if built.identity.server_args:
         out.print(f"  flags: {' '.join(built.identity.server_args)}")
-    for fit in built.model.fits:
-        name = "speculation off" if fit.drafter is None else fit.drafter.label
-        points = ", ".join(f"k={p.num_speculative_tokens} {1000 * p.step_time_s:.2f}" for p in fit.points)
-        out.print(
-            f"  concurrency {fit.concurrency}, {name}: decode step ms {points}; line "
-            f"{1000 * fit.intercept_s:.2f} + {1000 * fit.slope_s_per_token:.3f} k, noise {100 * fit.relative_sd:.1f}%"
-        )
+    levels: dict[tuple[int, str], list[str]] = {}
+    for o in built.model.observations:
+        name = "speculation off" if o.candidate.off or o.drafter is None else o.drafter.label
+        levels.setdefault((o.concurrency, name), []).append(f"k={o.num_speculative_tokens} {1000 * o.step_time_s:.2f}")
+    for (concurrency, name), points in sorted(levels.items()):
+        out.print(f"  concurrency {concurrency}, {name}: decode step ms {', '.join(points)}")
+    out.print(f"  step model: {built.model.basis}")
 
 
 def _gain(rec: Recommendation) -> str:

@@ -13,7 +13,7 @@ from specsweep.engines import llamacpp, sglang, vllm
 from specsweep.errors import ConfigError
 from specsweep.secrets import mask_argv
 from specsweep.templates import SHELLS
-from specsweep.types import BootFacts, CounterNames, RunNoisePrior, SpeculativeConfig
+from specsweep.types import USUAL_RUN_NOISE, BootFacts, CounterNames, RunNoisePrior, SpeculativeConfig
 
 # What a measured rate usually moves by between server starts of one configuration, before a
 # study's own starts say: an assumption, weighed as two measured degrees of freedom, so the
@@ -21,7 +21,6 @@ from specsweep.types import BootFacts, CounterNames, RunNoisePrior, SpeculativeC
 # few degrees of freedom keep every rate heavy-tailed (Student's t) until the study's starts show
 # their noise: with 4 or 8 the search trusted the assumption and, on a rig whose steps are not a
 # line in k, stopped on picks more than 2% off in 7 and 8 of 10 runs (bench/sweep_efficiency.py).
-USUAL_RUN_NOISE = RunNoisePrior(relative_sd=0.02, df=2, source="assumed until the study's starts show theirs")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -173,9 +173,7 @@ def write_report(
         blocks.append(doc.Figure(path=path, caption=f"Measured points, model and 95% band, {workload}"))
         model = analysis.models.get(workload)
         if model is not None:
-            blocks.append(doc.Bullets(items=tuple(
-                f"concurrency {f.concurrency}, {drafter_label(f.drafter)}: {f.basis}" for f in model.fits
-            )))  # fmt: skip
+            blocks.append(doc.Bullets(items=(f"Step time: {model.basis}.",)))
         by_kind = subcategory_table(workload, configs)
         if by_kind is not None:
             blocks.append(doc.Heading(text=f"{workload}: acceptance by subcategory"))

@@ -6,8 +6,7 @@
      "levels": [{num_speculative_tokens, concurrency, drafter, output_tokens_per_s, tokens_per_step,
                  completion_tokens, decode_span_s, prompt_tokens, requests, workload, trial,
                  draft_share, decode_step_time_s, request_overhead_s}, ...],
-     "step_time": {"pooled_relative_sd": ..., "fits": [{concurrency, drafter, intercept_s,
-                   slope_s_per_token, relative_sd, residual_df, basis, points: [...]}, ...]}}
+     "step_time": {"pooled_relative_sd": ..., "start_sd": ..., "cell_sd": ..., "basis": "..."}}
 
 ``levels`` are the data; ``step_time`` is the model fitted on them, written for readers. Reading
 fits the model again from ``levels`` (the fit is deterministic), so a hand-edited fit cannot
@@ -88,26 +87,9 @@ def rig_to_dict(rig: Rig) -> dict[str, Any]:
         ],
         "step_time": {
             "pooled_relative_sd": rig.model.pooled_relative_sd,
-            "fits": [
-                {
-                    "concurrency": fit.concurrency,
-                    "drafter": _drafter(fit.drafter),
-                    "intercept_s": fit.intercept_s,
-                    "slope_s_per_token": fit.slope_s_per_token,
-                    "relative_sd": fit.relative_sd,
-                    "residual_df": fit.residual_df,
-                    "basis": fit.basis,
-                    "points": [
-                        {
-                            "num_speculative_tokens": p.num_speculative_tokens,
-                            "step_time_s": p.step_time_s,
-                            "observations": p.observations,
-                        }
-                        for p in fit.points
-                    ],
-                }
-                for fit in rig.model.fits
-            ],
+            "start_sd": rig.model.posterior.start_sd,
+            "cell_sd": rig.model.posterior.cell_sd,
+            "basis": rig.model.basis,
         },
     }
 

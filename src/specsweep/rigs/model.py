@@ -219,6 +219,7 @@ def fit_rig(levels: Sequence[LevelTiming], *, identity: RigIdentity, shape: Requ
             drafter=lv.drafter,
             workload=lv.workload,
             weight=float(lv.requests),
+            start=lv.trial if lv.trial is not None else -1,
         )
         for lv in usable
     ]

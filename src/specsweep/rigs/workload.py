@@ -16,6 +16,7 @@ from specsweep.analysis.recommendation import Recommendation, recommend_draft_le
 from specsweep.analysis.throughput import ThroughputModel, ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
 from specsweep.rigs.model import LevelTiming, Rig
+from specsweep.types import RunNoisePrior
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,7 +65,7 @@ def workload_model(
     acceptance: Mapping[Drafter, Iterable[float]],
     timing: WorkloadTiming,
     *,
-    run_noise: tuple[float, int] | None = None,
+    run_noise: RunNoisePrior | None = None,
 ) -> ThroughputModel:
     """The rig's levels as this workload would have run them: rates from its E_W(k), c_W and M_W.
 
@@ -72,8 +73,8 @@ def workload_model(
     acceptance for (plus speculation off), are kept. The observations carry no workload name, so
     nothing in the model counts as a measured rate of this workload. Draft shares (module doc)
     carry W's per-step acceptance and step time from its running k to the rig's k's.
-    ``run_noise``: the step times' noise when the rig's levels are derived, not measured (see
-    fit_throughput_model).
+    ``run_noise``: what the rig's starts varied by, where its levels are derived, not measured:
+    the start effect of the model is drawn toward it.
     """
     observations = []
     for lv in rig.levels:
@@ -101,6 +102,7 @@ def workload_model(
                 tokens_per_step=e,
                 drafter=lv.drafter,
                 weight=float(lv.requests),
+                start=lv.trial if lv.trial is not None else -1,
             )
         )
     if not observations:
@@ -108,7 +110,7 @@ def workload_model(
             f"the rig has no level at the concurrency levels {sorted(timing.overhead_s)} measured for "
             f"{timing.workload}; measure at the rig's levels {list(rig.concurrency_levels)}."
         )
-    return fit_throughput_model(observations, run_noise=run_noise)
+    return fit_throughput_model(observations, start_prior=run_noise)
 
 
 def workload_acceptance_scale(

@@ -106,9 +106,10 @@ def write_atomic(path: Path, content: str | bytes, *, private: bool = False) -> 
 
 def open_log(path: Path) -> BinaryIO:
     """Open a log for appending (its folder made if missing); a new log is readable by the user
-    only (a server may print its command line, keys and all, and its log is kept as it wrote it). A symlink at ``path`` is removed and
-    the log created in its place, as the atomic writers replace one: a log never writes through a
-    link to another file. A link planted again between the removal and the open is refused."""
+    only (a server may print its command line, keys and all, and its log is kept as it wrote it).
+    A symlink at ``path`` is removed and the log created in its place, as the atomic writers
+    replace one: a log never writes through a link to another file. A link planted again between
+    the removal and the open is refused."""
     path = Path(path)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:

@@ -10,17 +10,14 @@ Order of decisions (docs/search.md), one small function each:
 1. speculation off, when the space has it (the floor every drafter's step time is above);
 2. each drafter (draft method and opened fields) at its largest draft length that has not failed:
    for chain drafters one run at the largest k measures the acceptance of every smaller k;
-3. every draft length of a drafter that looks its drafts up (an n-gram or suffix drafter: it
-   drafts only where the text matches, so its step time is not a line in k and no draft length
-   can be predicted from the others), the one worth most first, before any repeat;
-4. the start worth most: every untried configuration and every measured one (a repeat) is
+3. the start worth most: every untried configuration and every measured one (a repeat) is
    valued by the user's loss it is expected to remove, summed over the cells
    (analysis/value.py), against its cost: this study's mean boot plus its measuring time (the
    study's mean measuring time, scaled by how much slower or faster it is predicted to stream).
    A start is worth it when it is expected to buy ``START_PRICE`` of the tolerance of the cells'
    summed rate for a start of the study's mean cost, in proportion to its own cost; the start
    that buys most per minute goes next;
-5. stop when none is worth it, and never after as many starts as there are configurations to
+4. stop when none is worth it, and never after as many starts as there are configurations to
    measure (the grid's, less any the engine says can never draft).
 
 Before each start the study says which start it is, the most it will make (the cap),
@@ -30,7 +27,7 @@ the time those leave at the study's mean start: "start 4 of at most 11, about 6 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
@@ -47,11 +44,10 @@ from specsweep.analysis.value import (
     start_values,
     within_tolerance,
 )
-from specsweep.engines.registry import known_engine
 from specsweep.errors import FitError
 from specsweep.tuning.records import TrialRecord
 from specsweep.tuning.space import OFF_KEY, Space, config_key
-from specsweep.types import MeasuredConfig, SpeculativeConfig, StudySettings
+from specsweep.types import MeasuredConfig, StudySettings
 
 DRAWS = 400  # joint rate draws per cell the values are computed on
 MAX_STARTS = 3  # server starts of one configuration, repeats included
@@ -65,7 +61,7 @@ class Phase(StrEnum):
 
     OFF = "speculation off"
     LARGEST_K = "largest k"
-    EVERY_K = "every k"  # a drafter that looks its drafts up has no step-time line: each k is measured
+    EVERY_K = "every k"  # chosen by studies stored before the one step model (a lookup drafter's every k)
     WORTH = "worth it"  # its expected gain is worth its cost
     WAIT = "wait"  # another worker is measuring what is needed next
     STOP = "stop"
@@ -117,7 +113,6 @@ class _Config:
     key: str
     params: dict[str, Any]
     candidate: Candidate
-    looks_up: bool = False  # its drafter looks drafts up in the text (the engine's vocabulary says which)
 
     @property
     def k(self) -> int:
@@ -248,10 +243,7 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     """The start whose expected gain is worth most per minute, if any is worth its cost."""
     mconfigs = [t.measured_config() for t in state.measured]
     k_max = max(c.k for c in state.configs.values())
-    looks_up = _looks_up(settings)
-    models = model_search(
-        mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior, looks_up=looks_up
-    )
+    models = model_search(mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior)
     noise = {w: m.noise for w, m in models.items() if m.noise is not None}
     extra: dict[str, Any] = {"noise": noise, "models": models}
     if not any(m.fits for m in models.values()):
@@ -268,19 +260,10 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     mean_cost = state.budget.start_s or 1.0  # untimed: every cost is 1.0 too
     price = {c.key: settings.tolerance * START_PRICE * costs[c.key] / mean_cost for c in options}
     worth = [c for c in options if values[c.candidate].share >= price[c.key]]
-    unlined = [c for c in state.untried if c.looks_up]
-    wanted = len({c.key for c in (*worth, *unlined)})
+    wanted = len({c.key for c in worth})
     budget = replace(state.budget, expected=min(state.budget.cap, state.budget.starts + wanted))
     picks = {(c.workload, c.concurrency): p for c in cells if (p := cell_loss(c, settings.tolerance).pick)}
     extra.update(budget=budget, ties=_ties(cells, settings.tolerance, values), picks=picks)
-    if unlined and budget.starts < budget.cap:
-        chosen = max(unlined, key=lambda c: values[c.candidate].share / (costs[c.key] or 1.0))
-        method = (chosen.drafter.method if chosen.drafter else "").split(" ")[0]
-        reason = (
-            f"{chosen.candidate.short_label}: {method} looks its drafts up where the text matches, so its step "
-            "time is not a line in k and no draft length is predicted from the others: each is measured"
-        )
-        return _decision(state, chosen, Phase.EVERY_K, reason, value=values[chosen.candidate], **extra)
     if worth and budget.starts < budget.cap:
         chosen = max(worth, key=lambda c: values[c.candidate].share / (costs[c.key] or 1.0))
         value = values[chosen.candidate]
@@ -444,23 +427,16 @@ def model_search(
     *,
     k_max: int,
     noise_prior: Any = None,
-    looks_up: Callable[[SpeculativeConfig], bool] | None = None,
 ) -> dict[str, WorkloadModel]:
     """The report's models of every workload."""
     k_max = study_k_max(configs, k_max)
     out = {}
     for name in workloads:
         try:
-            out[name] = model_workload(configs, name, k_max=k_max, noise_prior=noise_prior, looks_up=looks_up)
+            out[name] = model_workload(configs, name, k_max=k_max, noise_prior=noise_prior)
         except FitError:
             continue
     return out
-
-
-def _looks_up(settings: StudySettings) -> Callable[[SpeculativeConfig], bool] | None:
-    """The study's engine's rule for drafters that look their drafts up (None: an engine not known here)."""
-    engine = known_engine(settings.engine)
-    return engine.looks_up if engine is not None else None
 
 
 def _space_configs(space: Space) -> dict[str, _Config]:
@@ -474,6 +450,5 @@ def _space_configs(space: Space) -> dict[str, _Config]:
         drafter = drafter_of(spec)
         k = int(params["num_speculative_tokens"])
         candidate = Candidate(drafter=drafter if k else None, num_speculative_tokens=k if drafter else 0)
-        looks_up = spec is not None and space.looks_up(spec)
-        out[config_key(spec)] = _Config(key=config_key(spec), params=params, candidate=candidate, looks_up=looks_up)
+        out[config_key(spec)] = _Config(key=config_key(spec), params=params, candidate=candidate)
     return out

@@ -78,7 +78,7 @@ def level_targets(
     out: dict[str, dict[int, LevelTarget]] = {}
     for workload in config.workloads:
         engine = engine_info(config.server.engine)
-        noise = run_to_run_noise(measured, workload, engine.run_noise, looks_up=engine.looks_up)
+        noise = run_to_run_noise(measured, workload, engine.run_noise)
         levels = {}
         for level in m.concurrency:
             rivals = [r for r in measured_rates(measured, workload, level) if r.key != key]

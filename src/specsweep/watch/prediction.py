@@ -30,12 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsweep.analysis.drafters import Candidate, Drafter
+from specsweep.analysis.drafters import OFF, Candidate, Drafter
 from specsweep.analysis.fits import AcceptanceFit, band, point_per_position
 from specsweep.analysis.rates import RateSample, sample_rates
 from specsweep.errors import FitError
 from specsweep.rigs.model import LevelTiming, Rig, fit_rig
 from specsweep.rigs.workload import WorkloadTiming, workload_acceptance_scale, workload_model
+from specsweep.types import RunNoisePrior
 
 LEVEL_COMPLETION_TOKENS = 600.0  # any M works for a derived level: its step time is what it carries
 
@@ -93,13 +94,13 @@ def _level_point(
     """(step time, overhead, draft share, requests) of the rig at (drafter, k, B), None if unmeasured."""
     mine = [lv for lv in rig.levels if lv.drafter == drafter and lv.num_speculative_tokens == k]
     mine = [lv for lv in mine if lv.concurrency == concurrency]
-    fit = rig.model.fit_for(concurrency, drafter)
-    if not mine or fit is None:
+    if not mine:
         return None
     requests = sum(lv.requests for lv in mine)
     overhead = sum(lv.request_overhead_s * lv.requests for lv in mine) / requests
     share = None if drafter is None else rig.draft_share(drafter, k, concurrency)
-    return fit.step_time_s(k)[0], overhead, share, requests
+    candidate = OFF if drafter is None or not k else Candidate(drafter=drafter, num_speculative_tokens=k)
+    return rig.model.step_time_s(candidate, concurrency)[0], overhead, share, requests
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,7 +127,9 @@ def predict_traffic(
     seed: int = 0,
 ) -> TrafficPrediction:
     """Joint draws of every candidate's rate at each batch size in ``weights`` (B >= 1 only)."""
-    noise = (rig.model.pooled_relative_sd, rig.model.fits[0].residual_df if rig.model.fits else 0)
+    noise = RunNoisePrior(
+        relative_sd=rig.model.posterior.start_sd, df=max(rig.model.posterior.df, 1), source="the rig's own starts"
+    )
     points = {drafter: point_per_position(fit)}
     samples: dict[int, RateSample] = {}
     for batch in sorted(b for b, w in weights.items() if b >= 1 and w > 0):
