@@ -29,6 +29,7 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from specsweep.errors import ConfigError, SpecsweepError
+from specsweep.runtime.store import make_folder
 from specsweep.tuning.records import retry_attrs
 
 JOURNAL_PREFIX = "journal:"
@@ -95,7 +96,7 @@ def open_storage(url: str, *, heartbeat_s: int | None) -> BaseStorage:
             "or journal:///PATH.log (docs/study-config.md)."
         )
     if kind == "sqlite" and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        make_folder(Path(url.removeprefix("sqlite:///")).parent)
     engine_url = _with_driver(url)
     options: dict[str, Any] = {}
     if kind == "rdb":
