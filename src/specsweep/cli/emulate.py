@@ -21,7 +21,7 @@ from specsweep.errors import ConfigError
 
 def emulate(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
-    port: int = typer.Option(8000, help="Port to listen on."),
+    port: int = typer.Option(8000, min=1, max=65535, help="Port to listen on."),
     speculative_config: str = typer.Option(
         None, "--speculative-config", "-sc", help="vLLM's speculative config JSON; without it, no speculation."
     ),
