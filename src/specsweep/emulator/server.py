@@ -140,12 +140,9 @@ class EmulatorApi:
     async def _complete(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival = time.perf_counter()
         try:
-            try:
-                body = await request.json()
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise ApiError(400, "Request body is not valid JSON.", "BadRequestError") from None
-            parsed = self.parse(body, chat=chat)
+            parsed = self.parse(await _read_json(request), chat=chat)
         except ApiError as exc:
+            log.warning("%s %s: HTTP %d: %s", request.method, request.path, exc.status, " ".join(exc.message.split()))
             return exc.response()
         self.requests_started += 1
         number = self.requests_started
@@ -342,6 +339,18 @@ class EmulatorApi:
         return f'data: {head},"choices":[{choice}]{usage}}}\n\n'
 
 
+async def _read_json(request: web.Request) -> Any:
+    """The request body as JSON (UTF-8, as RFC 8259 has it, whatever charset the header names); an
+    ApiError for a body that is not JSON, or is nested past what the parser's recursion reaches."""
+    data = await request.read()
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ApiError(400, "Request body is nested too deeply to parse.", "BadRequestError") from None
+    except ValueError:  # not JSON, not UTF-8, or an integer too long to convert
+        raise ApiError(400, "Request body is not valid JSON.", "BadRequestError") from None
+
+
 def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
@@ -355,7 +364,9 @@ def _message_text(message: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        texts = [part.get("text", "") for part in content if isinstance(part, dict)]
+        if all(isinstance(text, str) for text in texts):
+            return "".join(texts)
     raise ApiError(400, "Message content must be a string or a list of parts.", "BadRequestError", "messages")
 
 
