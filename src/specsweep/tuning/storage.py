@@ -79,6 +79,17 @@ def default_worker() -> str:
     return socket.gethostname() or "worker"
 
 
+def check_storage_url(url: str) -> None:
+    """A ConfigError if ``url`` is not in a form any storage takes (nothing is opened)."""
+    if storage_kind(url) == "journal":
+        journal_path(url)
+    elif "://" not in url:
+        raise ConfigError(
+            f"storage {redact_password(url)!r} is not a storage URL; use sqlite:///PATH, postgresql://USER@HOST/DB "
+            "or journal:///PATH.log (docs/study-config.md)."
+        )
+
+
 def open_storage(url: str, *, heartbeat_s: int | None) -> BaseStorage:
     """The optuna storage for ``url``; database servers expect heartbeats every ``heartbeat_s`` s."""
     kind = storage_kind(url)
@@ -90,11 +101,7 @@ def open_storage(url: str, *, heartbeat_s: int | None) -> BaseStorage:
             return JournalStorage(JournalFileBackend(str(path)))
         except OSError as exc:
             raise StorageError(f"cannot open journal storage {path}: {exc.strerror or exc}.") from None
-    if "://" not in url:
-        raise ConfigError(
-            f"storage {url!r} is not a storage URL; use sqlite:///PATH, postgresql://USER@HOST/DB "
-            "or journal:///PATH.log (docs/study-config.md)."
-        )
+    check_storage_url(url)
     if kind == "sqlite" and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
         make_folder(Path(url.removeprefix("sqlite:///")).parent)
     engine_url = _with_driver(url)
