@@ -95,7 +95,8 @@ def sampler_for(config: StudyConfig, worker: str | None = None) -> optuna.sample
     model-guided search chooses; the sampler only serves trials nobody enqueued. Workers of a
     shared study each seed by their name, or they would all draw the same configurations.
     """
-    seed = config.seed if worker is None else zlib.crc32(f"{config.seed}:{worker}".encode())
+    # optuna's samplers take seeds 0 to 2**32 - 1 (numpy's): any other whole number is folded into them
+    seed = config.seed % 2**32 if worker is None else zlib.crc32(f"{config.seed}:{worker}".encode())
     if config.sampler == "tpe":
         return optuna.samplers.TPESampler(seed=seed, constraints_func=_constraints)
     return optuna.samplers.RandomSampler(seed=seed)
