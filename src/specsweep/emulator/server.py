@@ -142,8 +142,7 @@ class EmulatorApi:
         try:
             parsed = self.parse(await _read_json(request), chat=chat)
         except ApiError as exc:
-            log.warning("%s %s: HTTP %d: %s", request.method, request.path, exc.status, " ".join(exc.message.split()))
-            return exc.response()
+            return _refused(request, exc)
         self.requests_started += 1
         number = self.requests_started
         faults = self.profile.faults
@@ -158,13 +157,16 @@ class EmulatorApi:
             parsed = replace(parsed, include_usage=False, continuous_usage=False)
         prompt_tokens = count_tokens(parsed.prompt_text)
         if prompt_tokens + parsed.max_tokens > self.profile.max_model_len:
-            return ApiError(
-                400,
-                f"This model's maximum context length is {self.profile.max_model_len} tokens. However, you "
-                f"requested {prompt_tokens + parsed.max_tokens} tokens ({prompt_tokens} in the messages, "
-                f"{parsed.max_tokens} in the completion).",
-                "BadRequestError",
-            ).response()
+            return _refused(
+                request,
+                ApiError(
+                    400,
+                    f"This model's maximum context length is {self.profile.max_model_len} tokens. However, you "
+                    f"requested {prompt_tokens + parsed.max_tokens} tokens ({prompt_tokens} in the messages, "
+                    f"{parsed.max_tokens} in the completion).",
+                    "BadRequestError",
+                ),
+            )
         seq = self.engine.submit(
             content_class=classify_content(parsed.prompt_text),
             prompt_tokens=prompt_tokens,
@@ -337,6 +339,12 @@ class EmulatorApi:
             )
         usage = f',"usage":{_compact(_usage(prompt, done))}' if parsed.continuous_usage else ""
         return f'data: {head},"choices":[{choice}]{usage}}}\n\n'
+
+
+def _refused(request: web.Request, error: ApiError) -> web.Response:
+    """The error's answer, and one line in the log that says which request was refused and why."""
+    log.warning("%s %s: HTTP %d: %s", request.method, request.path, error.status, " ".join(error.message.split()))
+    return error.response()
 
 
 async def _read_json(request: web.Request) -> Any:
