@@ -264,7 +264,7 @@ def _parse_workloads(table: Any, source: str) -> dict[str, float]:
         raise ConfigError(f"{source}: [workloads] must map workload names or paths to weights, e.g. technical = 1.0.")
     out: dict[str, float] = {}
     for name, weight in table.items():
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < float("inf"):
             raise ConfigError(f"{source}: workloads.{name} must be a positive weight (got {weight!r}).")
         out[name] = float(weight)
     return out

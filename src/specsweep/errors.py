@@ -9,7 +9,8 @@
     │   └── ServerCrashedError      a server process that exited while it was needed
     ├── RequestError                a request that failed (connection, HTTP status, bad stream)
     ├── MetricsError                /metrics missing, unreadable, or without the counters needed
-    └── FitError                    data that cannot support a fit
+    ├── FitError                    data that cannot support a fit
+    └── OutputError                 a file or folder specsweep was asked to write that cannot be written
 
 Messages are complete sentences that say what went wrong and what to do about it.
 """
@@ -55,3 +56,7 @@ class MetricsError(SpecsweepError):
 
 class FitError(SpecsweepError):
     """The data cannot support the requested fit."""
+
+
+class OutputError(SpecsweepError):
+    """A file or folder cannot be written (a read-only place, a missing parent, a full disk)."""

@@ -11,6 +11,7 @@ Field metadata marks the two kinds of field that are not a key of their record's
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any
 
@@ -74,6 +75,8 @@ class RecordTable:
             value, ok = float(value), True
         if not ok:
             raise ConfigError(f"{self.source}: {self.path}.{key} must be {_TYPE_NAMES[kind]} (got {value!r}).")
+        if kind is float and not math.isfinite(value):  # TOML writes nan and inf; no setting means them
+            raise ConfigError(f"{self.source}: {self.path}.{key} must be a finite number (got {value!r}).")
         return value
 
     def choice(self, key: str, choices: tuple[str, ...], *, default: Any = _FROM_RECORD) -> str:

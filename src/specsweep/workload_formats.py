@@ -44,7 +44,7 @@ def detect_and_convert(text: str, *, source: str, suffix: str) -> Converted | No
         return from_paragraphs(text, source=source)
     if stripped.startswith("["):
         try:
-            data = json.loads(text)
+            data = _loads(text)
         except json.JSONDecodeError as exc:
             raise WorkloadError(
                 f"workload {source} line {exc.lineno}: not valid JSON ({exc.msg}); a JSON array of ShareGPT "
@@ -77,7 +77,7 @@ def _first_object(text: str) -> Any:
     for line in text.splitlines():
         if line.strip() and not line.strip().startswith("//"):
             try:
-                return json.loads(line)
+                return _loads(line)
             except json.JSONDecodeError:
                 return None
     return None
@@ -92,9 +92,22 @@ def json_lines(text: str, source: str) -> Iterator[tuple[int, str, Any]]:
             continue
         where = f"workload {source} line {number}"
         try:
-            yield number, where, json.loads(stripped)
+            yield number, where, _loads(stripped)
         except json.JSONDecodeError as exc:
             raise WorkloadError(f"{where}: not valid JSON ({exc.msg}); each line must be one JSON object.") from None
+
+
+def _loads(text: str) -> Any:
+    """``json.loads``, with nesting deeper than the parser recurses and integers too long to
+    convert reported as JSONDecodeError, as other JSON that cannot be read is."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise json.JSONDecodeError(str(exc).split(";")[0], text, 0) from None
 
 
 def _lines(text: str, source: str) -> Iterator[tuple[str, Any]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from specsweep.cli.options import check_levels
+from specsweep.cli.options import check_finite, check_levels
 from specsweep.config import parse_concurrency
 from specsweep.emulator.boot import EmulatorSettings, run_emulator
 from specsweep.emulator.model import compute_truth, workload_prompt_tokens
@@ -21,13 +21,15 @@ from specsweep.errors import ConfigError
 
 def emulate(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
-    port: int = typer.Option(8000, help="Port to listen on."),
+    port: int = typer.Option(8000, min=1, max=65535, help="Port to listen on."),
     speculative_config: str = typer.Option(
         None, "--speculative-config", "-sc", help="vLLM's speculative config JSON; without it, no speculation."
     ),
     served_model_name: str = typer.Option(None, help="Model name clients must send (default: the profile's model)."),
     profile: str = typer.Option(DEFAULT_PROFILE, help="Bundled profile name or path to a profile TOML file."),
-    time_scale: float = typer.Option(1.0, min=0.001, help="Run this many times faster than the modelled hardware."),
+    time_scale: float = typer.Option(
+        1.0, callback=check_finite, min=0.001, help="Run this many times faster than the modelled hardware."
+    ),
     seed: int = typer.Option(0, help="Seed of the stochastic model."),
     max_num_seqs: int = typer.Option(None, min=1, help="Most sequences per engine step (default: the profile's)."),
     disable_log_stats: bool = typer.Option(
@@ -40,7 +42,11 @@ def emulate(
         "1,4", callback=check_levels, help="With --print-truth: concurrency levels, e.g. 1,4,16."
     ),
     temperature: float = typer.Option(
-        None, min=0.0, max=2.0, help="With --print-truth: sampling temperature (default: the profile's reference)."
+        None,
+        callback=check_finite,
+        min=0.0,
+        max=2.0,
+        help="With --print-truth: sampling temperature (default: the profile's reference).",
     ),
     max_tokens: int = typer.Option(600, min=1, help="With --print-truth: max_tokens of each request."),
     prompt_tokens: int = typer.Option(
@@ -61,12 +67,20 @@ def emulate(
     metrics_without_spec: bool = typer.Option(
         False, "--metrics-without-spec", help="Fault: /metrics lacks the spec-decode counters."
     ),
-    startup_seconds: float = typer.Option(None, min=0.0, help="Fault/slow start: modelled startup time in seconds."),
+    startup_seconds: float = typer.Option(
+        None, callback=check_finite, min=0.0, help="Fault/slow start: modelled startup time in seconds."
+    ),
     start_variation: float = typer.Option(
-        None, min=0.0, help="Run-to-run variation: relative sd of a step-time factor drawn once per start (e.g. 0.1)."
+        None,
+        callback=check_finite,
+        min=0.0,
+        help="Run-to-run variation: relative sd of a step-time factor drawn once per start (e.g. 0.1).",
     ),
     drift: float = typer.Option(
-        None, min=0.0, help="Run-to-run variation: relative amplitude of a slow drift of the step time (e.g. 0.05)."
+        None,
+        callback=check_finite,
+        min=0.0,
+        help="Run-to-run variation: relative amplitude of a slow drift of the step time (e.g. 0.05).",
     ),
     traffic: str = typer.Option(
         None,

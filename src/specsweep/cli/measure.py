@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from specsweep.cli.options import check_duration, check_levels, check_url, one_of, seconds_of
+from specsweep.cli.options import check_duration, check_finite, check_levels, check_url, one_of, seconds_of
 from specsweep.cli.printers import print_measurement, print_rig_recommendation
 from specsweep.config import parse_concurrency
 from specsweep.errors import RequestError
@@ -47,8 +47,12 @@ def measure(
     requests: int = typer.Option(32, min=1, help="Measured requests per level."),
     warmup: int = typer.Option(None, min=0, help="Warm-up requests per level (default: one per stream)."),
     max_tokens: int = typer.Option(600, min=1, help="max_tokens of every request."),
-    temperature: float = typer.Option(0.0, min=0.0, max=2.0, help="Sampling temperature (use production's)."),
-    rate: float = typer.Option(None, min=0.001, help="Open loop: requests per second instead of levels."),
+    temperature: float = typer.Option(
+        0.0, callback=check_finite, min=0.0, max=2.0, help="Sampling temperature (use production's)."
+    ),
+    rate: float = typer.Option(
+        None, callback=check_finite, min=0.001, help="Open loop: requests per second instead of levels."
+    ),
     api: str = typer.Option(
         "chat",
         callback=one_of(("chat", "completions")),

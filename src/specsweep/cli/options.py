@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
 
 import typer
 
@@ -60,9 +62,28 @@ def check_duration(value: str | None) -> str | None:
 
 
 def check_url(value: str | None) -> str | None:
-    """A server's base URL: it names its scheme (httpx sends nothing without one)."""
-    if value is not None and not value.startswith(("http://", "https://")):
+    """A server's base URL: it names its scheme (httpx sends nothing without one), a host, and a
+    port from 1 to 65535 if any."""
+    if value is None:
+        return value
+    if not value.startswith(("http://", "https://")):
         bare = mask_url("http://" + value.split("://", 1)[-1]).removeprefix("http://")  # userinfo masked
         shown = mask_url(value) if "://" in value else bare
         raise typer.BadParameter(f"{shown!r} has no http:// or https://; write http://{bare} (or https://).")
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as exc:
+        raise typer.BadParameter(f"{mask_url(value)!r} is not a URL ({exc}).") from None
+    if not parts.hostname or any(c.isspace() for c in value):
+        raise typer.BadParameter(f"{mask_url(value)!r} names no host; write e.g. http://127.0.0.1:8000.")
+    if port == 0:
+        raise typer.BadParameter(f"{mask_url(value)!r}: port 0 is no server's port.")
+    return value
+
+
+def check_finite(value: float | None) -> float | None:
+    """A number flag's value that is a number: not nan, not inf (typer's float takes both)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite number; got {value!r}.")
     return value

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from specsweep.cli.options import one_of
+from specsweep.cli.options import check_finite, one_of
 from specsweep.engines.registry import engine_of_format
 from specsweep.errors import ConfigError
 from specsweep.report.snippets import FORMATS, snippet_format_for
@@ -31,6 +31,7 @@ def recommend(
     study_name: str = typer.Option(None, help="Study name in --storage (default: the folder's name)."),
     max_itl_p99: float = typer.Option(
         None,
+        callback=check_finite,
         min=0.001,
         help="A latency target: recommend only configurations whose inter-token latency p99 is within this many ms.",
     ),

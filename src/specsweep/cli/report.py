@@ -8,7 +8,7 @@ import optuna
 import typer
 from rich.console import Console
 
-from specsweep.cli.options import one_of
+from specsweep.cli.options import check_finite, one_of
 from specsweep.cli.printers import print_analysis
 from specsweep.engines.registry import engine_of_format
 from specsweep.errors import ConfigError
@@ -51,6 +51,7 @@ def report(
     study_name: str = typer.Option(None, help="Study name in --storage (default: the folder's name)."),
     max_itl_p99: float = typer.Option(
         None,
+        callback=check_finite,
         min=0.001,
         help="A latency target: recommend only configurations whose inter-token latency p99 is within this many ms.",
     ),

@@ -10,6 +10,7 @@ import optuna
 import typer
 from rich.console import Console
 
+from specsweep.cli.options import check_finite
 from specsweep.cli.printers import (
     StudyProgress,
     print_analysis,
@@ -107,6 +108,7 @@ def study(
     ),
     tolerance: float = typer.Option(
         None,
+        callback=check_finite,
         min=0.0001,
         max=0.49,
         help="Differences under this share of a rate do not matter (default: the config's study.tolerance, "
@@ -114,6 +116,7 @@ def study(
     ),
     max_itl_p99: float = typer.Option(
         None,
+        callback=check_finite,
         min=0.001,
         help="A latency target: recommend only configurations whose inter-token latency p99 is within this many ms.",
     ),

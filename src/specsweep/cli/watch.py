@@ -127,7 +127,9 @@ def watch(
         try:
             raw = json.loads(running_config)
         except ValueError as exc:
-            raise ConfigError(f"--running-config is not JSON ({exc}).") from None
+            raise ConfigError(f"--running-config is not JSON ({str(exc).split(';')[0]}).") from None
+        except RecursionError:
+            raise ConfigError("--running-config is nested too deeply to read.") from None
         if not isinstance(raw, dict):
             raise ConfigError("--running-config must be a JSON object, as --speculative-config takes.")
     window_s = seconds_of(window, flag="--window") if window else 3600.0

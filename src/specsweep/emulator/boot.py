@@ -158,7 +158,11 @@ async def _serve(settings: EmulatorSettings) -> int:
         return 0
 
     engine = Engine(profile, spec, time_scale=scale, seed=settings.seed, start_index=settings.start_index)
-    trace = open(settings.trace_path, "a", buffering=1, encoding="utf-8") if settings.trace_path else None  # noqa: SIM115
+    try:
+        trace = open(settings.trace_path, "a", buffering=1, encoding="utf-8") if settings.trace_path else None  # noqa: SIM115
+    except OSError as exc:
+        log.error("OSError: cannot open the trace file %s: %s", settings.trace_path, exc.strerror or exc)
+        return 1
     api = EmulatorApi(engine, profile, name, log_stats=settings.log_stats, trace=trace, api_key=settings.api_key)
     runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
     await runner.setup()

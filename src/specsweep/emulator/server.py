@@ -141,13 +141,9 @@ class EmulatorApi:
     async def _complete(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival = time.perf_counter()
         try:
-            try:
-                body = await request.json()
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                raise ApiError(400, "Request body is not valid JSON.", "BadRequestError") from None
-            parsed = self.parse(body, chat=chat)
+            parsed = self.parse(await _read_json(request), chat=chat)
         except ApiError as exc:
-            return exc.response()
+            return _refused(request, exc)
         self.requests_started += 1
         number = self.requests_started
         faults = self.profile.faults
@@ -162,13 +158,16 @@ class EmulatorApi:
             parsed = replace(parsed, include_usage=False, continuous_usage=False)
         prompt_tokens = count_tokens(parsed.prompt_text)
         if prompt_tokens + parsed.max_tokens > self.profile.max_model_len:
-            return ApiError(
-                400,
-                f"This model's maximum context length is {self.profile.max_model_len} tokens. However, you "
-                f"requested {prompt_tokens + parsed.max_tokens} tokens ({prompt_tokens} in the messages, "
-                f"{parsed.max_tokens} in the completion).",
-                "BadRequestError",
-            ).response()
+            return _refused(
+                request,
+                ApiError(
+                    400,
+                    f"This model's maximum context length is {self.profile.max_model_len} tokens. However, you "
+                    f"requested {prompt_tokens + parsed.max_tokens} tokens ({prompt_tokens} in the messages, "
+                    f"{parsed.max_tokens} in the completion).",
+                    "BadRequestError",
+                ),
+            )
         seq = self.engine.submit(
             content_class=classify_content(parsed.prompt_text),
             prompt_tokens=prompt_tokens,
@@ -343,6 +342,24 @@ class EmulatorApi:
         return f'data: {head},"choices":[{choice}]{usage}}}\n\n'
 
 
+def _refused(request: web.Request, error: ApiError) -> web.Response:
+    """The error's answer, and one line in the log that says which request was refused and why."""
+    log.warning("%s %s: HTTP %d: %s", request.method, request.path, error.status, " ".join(error.message.split()))
+    return error.response()
+
+
+async def _read_json(request: web.Request) -> Any:
+    """The request body as JSON (UTF-8, as RFC 8259 has it, whatever charset the header names); an
+    ApiError for a body that is not JSON, or is nested past what the parser's recursion reaches."""
+    data = await request.read()
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ApiError(400, "Request body is nested too deeply to parse.", "BadRequestError") from None
+    except ValueError:  # not JSON, not UTF-8, or an integer too long to convert
+        raise ApiError(400, "Request body is not valid JSON.", "BadRequestError") from None
+
+
 def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
@@ -356,7 +373,9 @@ def _message_text(message: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        texts = [part.get("text", "") for part in content if isinstance(part, dict)]
+        if all(isinstance(text, str) for text in texts):
+            return "".join(texts)
     raise ApiError(400, "Message content must be a string or a list of parts.", "BadRequestError", "messages")
 
 

@@ -158,6 +158,10 @@ def parse_speculative_config(
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"--speculative-config is not valid JSON ({exc.msg} at char {exc.pos}).") from None
+    except (RecursionError, ValueError):  # nested past the parser's recursion; an integer too long to read
+        raise ConfigError(
+            "--speculative-config is not JSON that can be read (nested too deeply, or a number too long)."
+        ) from None
     if not isinstance(raw, dict):
         raise ConfigError("--speculative-config must be a JSON object, e.g. '{\"num_speculative_tokens\": 3}'.")
     return validate_speculative_config(raw, target_tensor_parallel_size=target_tensor_parallel_size, version=version)

@@ -23,6 +23,8 @@ from matplotlib.ticker import MaxNLocator
 
 from specsweep.analysis.drafters import Drafter, drafter_label
 from specsweep.analysis.study import StudyAnalysis
+from specsweep.errors import OutputError
+from specsweep.runtime.store import make_folder
 
 DPI = 110
 
@@ -222,10 +224,14 @@ def history_figure_data(trials: Sequence[TrialPoint], objective_label: str) -> F
 
 def render_figure(data: FigureData, path: Path) -> Path:
     """Draw a FigureData to a PNG file."""
+    make_folder(path.parent)
     figure = draw_figure(data)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=DPI)
-    plt.close(figure)
+    try:
+        figure.savefig(path, dpi=DPI)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}.") from None
+    finally:
+        plt.close(figure)
     return path
 
 

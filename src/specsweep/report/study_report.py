@@ -26,7 +26,7 @@ from specsweep.report.figures import (
 )
 from specsweep.report.snippets import render_snippet, write_adaptive_config
 from specsweep.report.study_tables import RESULTS_CSV, latency_table, results_csv, subcategory_table
-from specsweep.runtime.store import finite_json, write_atomic, write_json_atomic
+from specsweep.runtime.store import finite_json, make_folder, write_atomic, write_json_atomic
 from specsweep.types import MeasuredConfig, StudySettings
 
 
@@ -141,6 +141,7 @@ def write_report(
     snippet_format: str = "vllm",
 ) -> ReportFiles:
     """Write figures, report.md, report.html and results.json into ``folder``."""
+    make_folder(folder)  # a folder that cannot be written is said before any figure is drawn
     figures_dir = folder / "figures"
     figures: list[Path] = []
     blocks: list[doc.Block] = [doc.Heading(text=f"specsweep report: {name}", level=1)]

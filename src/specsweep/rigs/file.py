@@ -157,7 +157,9 @@ def load_rig(path: Path) -> Rig:
             f"cannot read rig file {path}: {exc.strerror or exc}; write one with specsweep rig."
         ) from None
     except ValueError as exc:
-        raise ConfigError(f"rig file {path} is not JSON ({exc}).") from None
+        raise ConfigError(f"rig file {path} is not JSON ({str(exc).split(';')[0]}).") from None
+    except RecursionError:
+        raise ConfigError(f"rig file {path} is nested too deeply to be a rig file.") from None
     return rig_from_dict(data, source=str(path))
 
 

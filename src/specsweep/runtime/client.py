@@ -247,8 +247,11 @@ class _StreamTracker:
                 self.finish_reason = choice["finish_reason"]
         usage = event.get("usage")
         previous = self.usage_tokens
-        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-            self.usage_tokens = usage["completion_tokens"]
+        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens < 0:
+            self.error = self.error or f"usage gives a negative completion_tokens ({tokens})"
+        elif isinstance(tokens, int) and not isinstance(tokens, bool) and isinstance(usage, dict):
+            self.usage_tokens = tokens
             self.prompt_tokens = _int_or(usage.get("prompt_tokens"), self.prompt_tokens)
         if content:
             self.num_chunks += 1

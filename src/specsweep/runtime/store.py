@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from specsweep import __version__
-from specsweep.errors import SpecsweepError
+from specsweep.errors import OutputError
 from specsweep.runtime.measure import Measurement
 from specsweep.secrets import mask_url
 from specsweep.types import RequestRecord
@@ -91,8 +91,8 @@ def write_atomic(path: Path, content: str | bytes, *, private: bool = False) -> 
     """Write text or bytes to ``path`` through a temporary file and a rename; ``private``: readable
     by the user only (0600), for a file that must hold a secret unmasked."""
     path = Path(path)
+    make_folder(path.parent)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         mode = "wb" if isinstance(content, bytes) else "w"
         with tempfile.NamedTemporaryFile(mode, dir=path.parent, prefix=f".{path.name}.", delete=False) as handle:
             handle.write(content)
@@ -101,7 +101,20 @@ def write_atomic(path: Path, content: str | bytes, *, private: bool = False) -> 
         os.chmod(temporary, 0o600 if private else _file_mode())
         os.replace(temporary, path)
     except OSError as exc:
-        raise SpecsweepError(f"cannot write {path}: {exc.strerror or exc}.") from None
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}.") from None
+
+
+def make_folder(folder: Path) -> Path:
+    """Create ``folder`` and its parents if missing; an OutputError that names it if it cannot be."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if isinstance(exc, FileExistsError | NotADirectoryError):
+            reason = "a file is in the way of a folder on that path"
+        raise OutputError(f"cannot create the folder {folder}: {reason}; choose a folder you can write.") from None
+    return folder
 
 
 def open_log(path: Path) -> BinaryIO:

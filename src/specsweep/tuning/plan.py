@@ -17,6 +17,7 @@ from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import engine_info
 from specsweep.runtime.trial_server import TrialServer, read_help_flags
 from specsweep.tuning.space import build_space, check_space, check_spec_args
+from specsweep.tuning.storage import check_storage_url
 from specsweep.workload import load_workload, too_small
 
 
@@ -74,6 +75,8 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     check_spec_args(space, engine, config.source, help_flags=help_flags)
     if config.server.mode == "emulator":
         load_profile(config.server.emulator.profile)
+    if config.storage is not None:
+        check_storage_url(config.storage)
     server = TrialServer(config.server, engine, log_path=Path(os.devnull), help_flags=help_flags)
     baseline = space.config_from_params(space.params_for(config.search.baseline)) if config.search.baseline else None
     configurations = []

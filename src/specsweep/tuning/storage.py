@@ -32,6 +32,7 @@ from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
 from specsweep.errors import ConfigError, SpecsweepError
+from specsweep.runtime.store import make_folder
 from specsweep.tuning import records
 from specsweep.tuning.records import retry_attrs
 
@@ -82,6 +83,17 @@ def default_worker() -> str:
     return socket.gethostname() or "worker"
 
 
+def check_storage_url(url: str) -> None:
+    """A ConfigError if ``url`` is not in a form any storage takes (nothing is opened)."""
+    if storage_kind(url) == "journal":
+        journal_path(url)
+    elif "://" not in url:
+        raise ConfigError(
+            f"storage {redact_password(url)!r} is not a storage URL; use sqlite:///PATH, postgresql://USER@HOST/DB "
+            "or journal:///PATH.log (docs/study-config.md)."
+        )
+
+
 def open_storage(url: str, *, heartbeat_s: int | None) -> BaseStorage:
     """The optuna storage for ``url``; database servers expect heartbeats every ``heartbeat_s`` s."""
     kind = storage_kind(url)
@@ -93,13 +105,9 @@ def open_storage(url: str, *, heartbeat_s: int | None) -> BaseStorage:
             return JournalStorage(JournalFileBackend(str(path)))
         except OSError as exc:
             raise StorageError(f"cannot open journal storage {path}: {exc.strerror or exc}.") from None
-    if "://" not in url:
-        raise ConfigError(
-            f"storage {url!r} is not a storage URL; use sqlite:///PATH, postgresql://USER@HOST/DB "
-            "or journal:///PATH.log (docs/study-config.md)."
-        )
+    check_storage_url(url)
     if kind == "sqlite" and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        make_folder(Path(url.removeprefix("sqlite:///")).parent)
     engine_url = _with_driver(url)
     options: dict[str, Any] = {}
     if kind == "rdb":

@@ -88,14 +88,48 @@ def write_itl_limit(study: optuna.Study, limit_s: float | None) -> None:
     study.set_user_attr("max_itl_p99_s", limit_s)
 
 
+# What a study measures, by its attribute and the study-file key that sets it: a run that
+# continues the study (--resume) must measure with the same ones, or its trials answer another
+# question (and optuna refuses a search space whose choices changed).
+MEASURED_SETTINGS = {
+    "engine": "server.engine",
+    "workloads": "[workloads]",
+    "temperature": "measure.temperature",
+    "concurrency": "measure.concurrency",
+    "objective_concurrency": "objective.concurrency",
+    "num_speculative_tokens_range": "search.num_speculative_tokens",
+}
+# What every worker of a shared study must share (each brings its own [server], and may measure
+# at the levels its server takes).
+JOINED_SETTINGS = ("workloads", "temperature", "objective_concurrency")
+
+
+def _stored_form(settings: StudySettings) -> dict[str, object]:
+    """``settings`` as write_study_settings stores them (lists for tuples), for comparison."""
+    return {
+        "engine": settings.engine,
+        "workloads": dict(settings.workload_weights),
+        "temperature": settings.temperature,
+        "concurrency": list(settings.concurrency_levels),
+        "objective_concurrency": settings.objective_concurrency,
+        "num_speculative_tokens_range": list(settings.k_range) if settings.k_range else None,
+    }
+
+
+def changed_settings(
+    study: optuna.Study, mine: StudySettings, names: tuple[str, ...] = tuple(MEASURED_SETTINGS)
+) -> list[str]:
+    """Each of ``names`` the study was created with and ``mine`` sets otherwise, as
+    ``key stored (now value)`` with the study file's key; empty when they agree."""
+    attrs, now = study.user_attrs, _stored_form(mine)
+    return [
+        f"{MEASURED_SETTINGS[name]} {attrs[name]!r} (now {now[name]!r})"
+        for name in names
+        if name in attrs and attrs[name] != now[name]
+    ]
+
+
 def check_joinable(study: optuna.Study, mine: StudySettings) -> str | None:
-    """The first setting a joining worker measures differently from the study (None: it may join)."""
-    attrs = study.user_attrs
-    for name, value in (
-        ("workloads", dict(mine.workload_weights)),
-        ("temperature", mine.temperature),
-        ("objective_concurrency", mine.objective_concurrency),
-    ):
-        if name in attrs and attrs[name] != value:
-            return f"has {name} {attrs[name]!r}, this config {value!r}"
-    return None
+    """The settings a joining worker measures differently from the study (None: it may join)."""
+    changed = changed_settings(study, mine, JOINED_SETTINGS)
+    return "has " + "; ".join(changed) if changed else None

@@ -23,6 +23,7 @@ from specsweep.engines.registry import engine_info, max_num_seqs_flag
 from specsweep.errors import ConfigError
 from specsweep.names import check_name
 from specsweep.runtime.run_owner import RunLock, RunOwner, hold_run_lock, owner_is_dead, this_run
+from specsweep.runtime.store import make_folder
 from specsweep.tuning import records, study_settings
 from specsweep.tuning.space import Space, config_key
 from specsweep.tuning.storage import (
@@ -144,7 +145,8 @@ def sampler_for(config: StudyConfig, worker: str | None = None) -> optuna.sample
     model-guided search chooses; the sampler only serves trials nobody enqueued. Workers of a
     shared study each seed by their name, or they would all draw the same configurations.
     """
-    seed = config.seed if worker is None else zlib.crc32(f"{config.seed}:{worker}".encode())
+    # optuna's samplers take seeds 0 to 2**32 - 1 (numpy's): any other whole number is folded into them
+    seed = config.seed % 2**32 if worker is None else zlib.crc32(f"{config.seed}:{worker}".encode())
     if config.sampler == "tpe":
         return optuna.samplers.TPESampler(seed=seed, constraints_func=_constraints)
     return optuna.samplers.RandomSampler(seed=seed)
@@ -205,7 +207,7 @@ def open_study(
     baseline and (sampler "grid") every distinct configuration, unless ``queue_initial`` is off.
     """
     if paths.storage.startswith("sqlite:///"):
-        paths.folder.mkdir(parents=True, exist_ok=True)
+        make_folder(paths.folder)
     shared = is_shared(paths.storage)
     worker = worker or default_worker()
     storage = storage if storage is not None else open_storage(paths.storage, heartbeat_s=config.heartbeat_s)
@@ -233,6 +235,14 @@ def open_study(
             f"study {config.name!r} in {where} {difference}; give every worker the same [workloads], [measure] "
             "and [objective] (each its own [server]), or choose another --study-name."
         )
+    changed = [] if created else space_changes(study, space)
+    if not created and not shared:
+        changed = study_settings.changed_settings(study, settings) + changed
+    if changed:  # before any trial is failed, asked or queued: the study is left as it was
+        raise ConfigError(
+            f"study {config.name!r} in {where} was created with other settings than this run's: "
+            f"{'; '.join(changed)}; put them back to continue it, or choose another --study-name."
+        )
     _fail_interrupted(
         study, shared=shared, heartbeats=has_heartbeats(storage), worker=worker,
         stale_s=GRACE_HEARTBEATS * config.heartbeat_s,
@@ -244,6 +254,24 @@ def open_study(
     elif settings.max_itl_p99_s is not None and study.user_attrs.get("max_itl_p99_s") != settings.max_itl_p99_s:
         study_settings.write_itl_limit(study, settings.max_itl_p99_s)  # a latency target given on --resume
     return study
+
+
+def space_changes(study: optuna.Study, space: Space) -> list[str]:
+    """Each search parameter whose choices differ from those the study's trials were asked with
+    (optuna refuses to ask a parameter with other choices), as ``search.NAME [...] (now [...])``."""
+    stored: dict[str, optuna.distributions.BaseDistribution] = {}
+    for trial in study.get_trials(deepcopy=False):
+        for name, distribution in trial.distributions.items():
+            stored.setdefault(name, distribution)
+    changed = []
+    for name, choices in space.grid().items():
+        before = stored.get(name)
+        if before is None or before == optuna.distributions.CategoricalDistribution(choices):
+            continue
+        was = list(before.choices) if isinstance(before, optuna.distributions.CategoricalDistribution) else before
+        key = name.removeprefix("open.")
+        changed.append(f"search.{'open.' if key != name else ''}{key} choices {was!r} (now {list(choices)!r})")
+    return changed
 
 
 def _fail_interrupted(study: optuna.Study, *, shared: bool, heartbeats: bool, worker: str, stale_s: float) -> None:

@@ -15,7 +15,7 @@ from specsweep.analysis.series import Interval
 from specsweep.report import document as doc
 from specsweep.report.figures import render_figure
 from specsweep.report.snippets import render_snippet
-from specsweep.runtime.store import finite_json, write_atomic, write_json_atomic
+from specsweep.runtime.store import finite_json, make_folder, write_atomic, write_json_atomic
 from specsweep.watch.figures import acceptance_by_window_data, concurrency_data, gain_data
 from specsweep.watch.prediction import ConfigRate, TrafficRecommendation
 from specsweep.watch.windows import WatchReport, WindowReport
@@ -239,6 +239,7 @@ class WatchFiles:
 
 def write_watch_report(report: WatchReport, folder: Path, *, source: str, fmt: str) -> WatchFiles:
     """report.md, report.html, results.json and the figures: acceptance per window, concurrency, gain."""
+    make_folder(folder)  # a folder that cannot be written is said before any figure is drawn
     figures_dir = folder / "figures"
     paths = [
         render_figure(acceptance_by_window_data(report), figures_dir / "acceptance-by-window.png"),
