@@ -135,7 +135,7 @@ def open_log(path: Path) -> BinaryIO:
             path.unlink()  # the link itself; whatever it points at is left as it was
             descriptor = os.open(path, flags | os.O_EXCL, 0o600)
     except OSError as exc:
-        raise SpecsweepError(f"cannot write the log {path}: {exc.strerror or exc}.") from None
+        raise OutputError(f"cannot write the log {path}: {exc.strerror or exc}.") from None
     return os.fdopen(descriptor, "ab")
 
 
