@@ -65,7 +65,7 @@ def make_trial(
         scale = 1.0 if method == "probabilistic" else 0.85
         counts = [round(5000 * s * scale) for s in S[:k]]
         row |= {"num_drafts": 5000, "accepted_per_position": counts, "mean_acceptance_length": 1 + sum(counts) / 5000}
-    return optuna.trial.create_trial(
+    trial = optuna.trial.create_trial(
         params=params,
         distributions={name: optuna.distributions.CategoricalDistribution(v) for name, v in space.grid().items()},
         value=rate,
@@ -76,6 +76,8 @@ def make_trial(
             "constraints": [0.0],
         },
     )
+    trial.number = number  # each its own server start
+    return trial
 
 
 def trials_for(*configs: tuple[int, str], noise: float = 0.0) -> list:
@@ -379,11 +381,13 @@ def ngram_trial(number: int, k: int):
     if k:
         counts = [round(400 * 0.5 * 0.8**i) for i in range(k)]
         row |= {"num_drafts": 400, "accepted_per_position": counts, "mean_acceptance_length": 1 + sum(counts) / 400}
-    return optuna.trial.create_trial(
+    trial = optuna.trial.create_trial(
         params=params, distributions=distributions, value=NGRAM_RATES[k],
         user_attrs={"key": config_key(spec), "spec": None if spec is None else spec.to_json(),
                     "results": {"prose": {"1": row}}, "constraints": [0.0]},
     )  # fmt: skip
+    trial.number = number  # each its own server start
+    return trial
 
 
 def test_a_drafter_that_looks_drafts_up_has_every_draft_length_measured_before_any_repeat() -> None:

@@ -94,9 +94,10 @@ class Cell:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class StepPosterior:
-    """The fitted step model: point step times and joint draws for any cell."""
+    """The fitted step model: point step times and joint draws for any cell (equal when fitted to
+    the same observations with the same widths: the fit is deterministic)."""
 
     methods: tuple[str, ...]
     sampled_methods: tuple[str, ...]  # methods with a probabilistic factor
@@ -117,6 +118,14 @@ class StepPosterior:
     log_times: np.ndarray
     drafted_share: dict[tuple[int, int, str, str], float]
     df: int  # observations beyond the parameters of the mean
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StepPosterior):
+            return NotImplemented
+        return self.observations == other.observations and self.captured_widths == other.captured_widths
+
+    def __hash__(self) -> int:
+        return hash((self.observations, self.captured_widths))
 
     @property
     def run_sd(self) -> float:
@@ -239,15 +248,23 @@ def fit_step_model(
     z_cell = np.array([[1.0 if o.cell.key == key else 0.0 for key in keys] for o in usable])
     shares = [o.drafted_share for o in usable]
     widths = tuple(sorted(set(captured_widths)))
-    best: tuple[float, _Fit] | None = None
-    for knee in _knees(usable, widths):
+
+    def fitted(knee: float | None, log_sd: np.ndarray | None = None) -> _Fit:
         design = _design([o.cell for o in usable], shares, methods, sampled, widths, knee)
-        fit = _fit_components(y, se, z_start, z_cell, design, prior, knee)
-        penalty = 0.0 if knee is None else 2.0  # two more parameters, the knee's place and slope (AIC)
-        if best is None or fit.objective + penalty < best[0]:
-            best = (fit.objective + penalty, fit)
-    assert best is not None
-    fit = best[1]
+        return _fit_components(y, se, z_start, z_cell, design, prior, knee, log_sd)
+
+    def score(fit: _Fit) -> float:  # two more parameters with a knee, its place and slope (AIC)
+        return fit.objective + (0.0 if fit.knee is None else 2.0)
+
+    # Where a knee sits: every place ranked by the plain marginal likelihood at the variance
+    # components of the fit without one, and the best few fitted whole.
+    fit = fitted(None)
+    at = np.log([fit.start_sd, fit.cell_sd])
+    places = sorted(_knees(usable, widths)[1:], key=lambda knee: score(fitted(knee, at)))
+    for place in places[:3]:
+        candidate = fitted(place)
+        if score(candidate) < score(fit):
+            fit = candidate
     share_of: dict[tuple[int, int, str, str], list[float]] = {}
     for o in usable:
         share_of.setdefault(o.cell.key, []).append(o.drafted_share)
@@ -308,9 +325,15 @@ def _fit_components(
     design: _Design,
     prior: RunNoisePrior,
     knee: float | None,
+    log_sd: np.ndarray | None = None,
 ) -> _Fit:
     """Variance components by their restricted marginal likelihood times their priors; the mean by
-    generalised least squares given them."""
+    generalised least squares given them. A part of the step the measurements cannot tell from the
+    others (every level at one concurrency: a sequence's cost from a step's) is left out, at zero
+    cost: the measured cells carry it, and an unmeasured one's deviation carries what it misses."""
+    full = design
+    kept = _independent_columns(full.features)
+    design = _Design(full.features[:, kept], full.sampled)
     scale = np.maximum(design.features.max(axis=0), 1e-12)
     p = design.features.shape[1]
     warm: list[np.ndarray] = []
@@ -332,13 +355,15 @@ def _fit_components(
             value -= _log_scaled_inv_chi2(sd, belief)
         return float(value + 0.5 * logdet_info), params, info, float(value)
 
-    result = optimize.minimize(
-        lambda z: objective(np.clip(z, math.log(1e-4), 0.0))[0],
-        np.log([prior.relative_sd, TAU_PRIOR.relative_sd]),
-        method="Nelder-Mead",
-        options={"xatol": 0.05, "fatol": 1e-3, "maxiter": 80},
-    )
-    log_sd = np.clip(result.x, math.log(1e-4), 0.0)
+    if log_sd is None:
+        result = optimize.minimize(
+            lambda z: objective(np.clip(z, math.log(1e-4), 0.0))[0],
+            np.log([prior.relative_sd, TAU_PRIOR.relative_sd]),
+            method="Nelder-Mead",
+            options={"xatol": 0.05, "fatol": 1e-3, "maxiter": 80},
+        )
+        log_sd = result.x
+    log_sd = np.clip(log_sd, math.log(1e-4), 0.0)
     _, params, info, value = objective(log_sd)
     theta, gamma = params[:p] / scale, params[p:]
     v = covariance(log_sd)
@@ -349,19 +374,37 @@ def _fit_components(
     deviation_cov = tau2 * np.eye(z_cell.shape[1]) - tau2 * tau2 * z_cell.T @ v_inv @ z_cell
     scaled_info = info / np.outer(*(2 * [np.concatenate([scale, np.ones(params.size - p)])]))
     covariance_params = np.linalg.inv(scaled_info)  # of (theta * scale, gamma): well conditioned
+    # back to every part, the ones left out at zero cost and no spread
+    every = full.features.shape[1]
+    index = np.concatenate([kept, every + np.arange(gamma.size)])
+    covariance_full = np.zeros((every + gamma.size, every + gamma.size))
+    covariance_full[np.ix_(index, index)] = (covariance_params + covariance_params.T) / 2
+    theta_full, scale_full = np.zeros(every), np.ones(every)
+    theta_full[kept], scale_full[kept] = theta, scale
     return _Fit(
         objective=value,
         knee=knee,
-        theta=theta,
+        theta=theta_full,
         gamma=gamma,
-        scale=scale,
-        covariance=(covariance_params + covariance_params.T) / 2,
+        scale=scale_full,
+        covariance=covariance_full,
         start_sd=math.exp(log_sd[0]),
         cell_sd=math.sqrt(tau2),
         deviation=gain @ resid,
         deviation_cov=(deviation_cov + deviation_cov.T) / 2,
         gain=gain,
     )
+
+
+def _independent_columns(features: np.ndarray) -> np.ndarray:
+    """The columns, in order, that are not a combination of those before them."""
+    scaled = features / np.maximum(np.abs(features).max(axis=0), 1e-12)
+    kept: list[int] = []
+    for j in range(scaled.shape[1]):
+        trial = scaled[:, [*kept, j]]
+        if np.linalg.matrix_rank(trial, tol=1e-8 * max(1.0, float(np.abs(trial).max()))) > len(kept):
+            kept.append(j)
+    return np.array(kept, dtype=int)
 
 
 def _gls(
