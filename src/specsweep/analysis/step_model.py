@@ -135,9 +135,13 @@ class StepPosterior:
     def measured(self, cell: Cell) -> bool:
         return any(c.key == cell.key for c in self.cells)
 
+    def physics_s(self, cell: Cell) -> float:
+        """The step time the model's parts give ``cell``, without its deviation."""
+        return float(_mu(self._design([cell]), self.theta, self.gamma)[0])
+
     def mean_s(self, cell: Cell) -> float:
         """The step time of ``cell`` in a typical start: the physics and, where measured, its deviation."""
-        base = float(_mu(self._design([cell]), self.theta, self.gamma)[0])
+        base = self.physics_s(cell)
         index = self._cell_index(cell)
         return base * math.exp(float(self.deviation[index])) if index is not None else base
 
@@ -169,8 +173,20 @@ class StepPosterior:
 
     def _design(self, cells: Sequence[Cell], shares: Sequence[float] | None = None) -> _Design:
         if shares is None:
-            shares = [self.drafted_share.get(c.key, 1.0) for c in cells]
+            shares = [self.share(c) for c in cells]
         return _design(cells, shares, self.methods, self.sampled_methods, self.captured_widths, self.knee)
+
+    def share(self, cell: Cell) -> float:
+        """The share of a cell's steps that draft: as measured there, else as measured at the same
+        drafter's nearest draft length (at this concurrency first), else every step."""
+        if cell.key in self.drafted_share:
+            return self.drafted_share[cell.key]
+        _, k, method, sampling = cell.key
+        mine = [(key, v) for key, v in self.drafted_share.items() if key[2:] == (method, sampling) and key[1] > 0]
+        if not mine:
+            return 1.0
+        nearest = min(mine, key=lambda kv: (kv[0][0] != cell.concurrency, abs(kv[0][1] - k)))
+        return nearest[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,12 +272,21 @@ def fit_step_model(
     def score(fit: _Fit) -> float:  # two more parameters with a knee, its place and slope (AIC)
         return fit.objective + (0.0 if fit.knee is None else 2.0)
 
-    # Where a knee sits: every place ranked by the plain marginal likelihood at the variance
-    # components of the fit without one, and the best few fitted whole.
+    # Where a knee sits: every place between the widths measured ranked by the plain marginal
+    # likelihood at the variance components of the fit without one, the best two refined between
+    # their neighbours, and fitted whole.
     fit = fitted(None)
     at = np.log([fit.start_sd, fit.cell_sd])
-    places = sorted(_knees(usable, widths)[1:], key=lambda knee: score(fitted(knee, at)))
-    for place in places[:3]:
+    places = _knees(usable, widths)[1:]
+    for place in sorted(places, key=lambda knee: score(fitted(knee, at)))[:2]:
+        i = places.index(place)
+        low, high = places[max(i - 1, 0)], places[min(i + 1, len(places) - 1)]
+        if high > low:
+            found = optimize.minimize_scalar(
+                lambda knee: score(fitted(float(knee), at)), bounds=(low, high), method="bounded",
+                options={"xatol": 0.25},
+            )  # fmt: skip
+            place = float(found.x) if score(fitted(float(found.x), at)) < score(fitted(place, at)) else place
         candidate = fitted(place)
         if score(candidate) < score(fit):
             fit = candidate
@@ -297,8 +322,6 @@ def _knees(observations: Sequence[StepObservation], widths: Sequence[int]) -> li
     if len(measured) < 4:
         return [None]
     places = sorted({*measured[1:-1], *((a + b) / 2 for a, b in itertools.pairwise(measured))})
-    if len(places) > 10:  # a handful of places is enough to find a bend
-        places = [places[round(i * (len(places) - 1) / 9)] for i in range(10)]
     return [None, *(float(w) for w in places)]
 
 
