@@ -39,7 +39,9 @@ SHAPES: dict[str, tuple[Truth, tuple[int, ...], Drafter]] = {
     "straight": (lambda b, k: 0.020 + 0.001 * b + 0.0006 * b * (k + 1) + 0.0015 * k, (), DSPARK),
     "staircase": (lambda b, k: 0.020 + 0.001 * b + 0.0008 * padded(b * (k + 1), WIDTHS) + 0.001 * k, WIDTHS, DSPARK),
     "fixed drafting cost": (
-        lambda b, k: 0.020 + 0.001 * b + 0.0006 * b * (k + 1) + 0.0005 * k + (0.006 if k else 0.0), (), DSPARK
+        lambda b, k: 0.020 + 0.001 * b + 0.0006 * b * (k + 1) + 0.0005 * k + (0.006 if k else 0.0),
+        (),
+        DSPARK,
     ),
     "lookup": (lambda b, k: 0.020 + 0.001 * b + 0.0008 * b * (1 + k * lookup_share(k)), (), NGRAM),
     # flat while the step reads its weights (memory-bound), rising once its tokens outweigh that
