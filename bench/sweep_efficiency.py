@@ -206,6 +206,8 @@ def run_specsweep(case: Case, seed: int, args) -> tuple[int, list[str]]:
         k_range=(1, K_MAX),
         baseline_key=None,
         noise_prior=USUAL_RUN_NOISE,
+        # what the emulator serving this profile says it captured graphs for (its /version)
+        captured_widths=case.profile.timing.captured_widths,
     )
     picks: list[str] = []
     while True:

@@ -281,6 +281,8 @@ class StudySettings:
     engine_version: str | None = None  # what the measured server said of itself (its vocabulary)
     engine_flags: frozenset[str] | None = None  # the flag names the server binary's --help listed (llama.cpp)
     max_itl_p99_s: float | None = None  # a latency target the recommendation keeps to (analysis/latency.py)
+    # the verified widths the server captured graphs for, as it said (empty: not known; steps unpadded)
+    captured_widths: tuple[int, ...] = ()
 
     @property
     def workloads(self) -> tuple[str, ...]:

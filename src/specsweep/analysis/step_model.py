@@ -278,8 +278,8 @@ def fit_step_model(
     fit = fitted(None)
     at = np.log([fit.start_sd, fit.cell_sd])
     places = _knees(usable, widths)[1:]
-    for place in sorted(places, key=lambda knee: score(fitted(knee, at)))[:2]:
-        i = places.index(place)
+    for start in sorted(places, key=lambda knee: score(fitted(knee, at)))[:2]:
+        place, i = start, places.index(start)
         low, high = places[max(i - 1, 0)], places[min(i + 1, len(places) - 1)]
         if high > low:
             found = optimize.minimize_scalar(

@@ -243,7 +243,10 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     """The start whose expected gain is worth most per minute, if any is worth its cost."""
     mconfigs = [t.measured_config() for t in state.measured]
     k_max = max(c.k for c in state.configs.values())
-    models = model_search(mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior)
+    models = model_search(
+        mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior,
+        captured_widths=settings.captured_widths,
+    )  # fmt: skip
     noise = {w: m.noise for w, m in models.items() if m.noise is not None}
     extra: dict[str, Any] = {"noise": noise, "models": models}
     if not any(m.fits for m in models.values()):
@@ -427,13 +430,16 @@ def model_search(
     *,
     k_max: int,
     noise_prior: Any = None,
+    captured_widths: Sequence[int] = (),
 ) -> dict[str, WorkloadModel]:
     """The report's models of every workload."""
     k_max = study_k_max(configs, k_max)
     out = {}
     for name in workloads:
         try:
-            out[name] = model_workload(configs, name, k_max=k_max, noise_prior=noise_prior)
+            out[name] = model_workload(
+                configs, name, k_max=k_max, noise_prior=noise_prior, captured_widths=captured_widths
+            )
         except FitError:
             continue
     return out

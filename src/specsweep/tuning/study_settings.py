@@ -26,6 +26,7 @@ def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
         "max_num_seqs": settings.max_num_seqs,
         "tolerance": settings.tolerance,
         "max_itl_p99_s": settings.max_itl_p99_s,
+        "captured_widths": list(settings.captured_widths),
     }
     for name, value in attrs.items():
         study.set_user_attr(name, value)
@@ -59,6 +60,7 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
         engine_version=_engine_version(study),
         engine_flags=frozenset(flags) if flags else None,
         max_itl_p99_s=attrs.get("max_itl_p99_s"),
+        captured_widths=tuple(int(w) for w in attrs.get("captured_widths") or ()),
     )
 
 
