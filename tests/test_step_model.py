@@ -68,7 +68,7 @@ def study(truth: Truth, drafter: Drafter, *, seed: int, start_sd: float, design=
 
 
 def rates(truth: Truth, drafter: Drafter, acceptance, b: int) -> np.ndarray:
-    scale = (lambda k: lookup_share(k)) if drafter == NGRAM else (lambda k: 1.0)
+    scale = lookup_share if drafter == NGRAM else (lambda k: 1.0)
     return np.array([b * (1 + scale(k) * sum(acceptance[:k])) / truth(b, k) for k in range(K_MAX + 1)])
 
 
@@ -130,8 +130,10 @@ def test_levels_of_one_start_move_together_so_one_slow_start_is_not_read_as_a_sl
     for start, k in enumerate((0, 1, 2, 3, 4, 5, 8)):
         for b in (1, 4):
             slow = 1.10 if k == 3 else 1.0
-            observations.append(StepObservation(concurrency=b, num_speculative_tokens=k, drafter=drafter if k else None,
-                                                start=start, step_time_s=truth(b, k) * slow, relative_se=0.005))  # fmt: skip
+            observations.append(
+                StepObservation(concurrency=b, num_speculative_tokens=k, drafter=drafter if k else None, start=start,
+                                step_time_s=truth(b, k) * slow, relative_se=0.005)
+            )  # fmt: skip
     posterior = fit_step_model(observations)
     for b in (1, 4):
         assert posterior.mean_s(Cell(concurrency=b, num_speculative_tokens=3, drafter=drafter)) < 1.04 * truth(b, 3)
@@ -146,8 +148,10 @@ def test_greedy_and_probabilistic_share_every_cost_but_one_factor() -> None:
     for start, (k, drafter) in enumerate([(0, None), (1, greedy), (3, greedy), (5, greedy), (5, DSPARK)]):
         factor = 1.05 if drafter == DSPARK else 1.0
         for b in (1, 4):
-            observations.append(StepObservation(concurrency=b, num_speculative_tokens=k, drafter=drafter,
-                                                start=start, step_time_s=truth(b, k) * factor, relative_se=0.005))  # fmt: skip
+            observations.append(
+                StepObservation(concurrency=b, num_speculative_tokens=k, drafter=drafter, start=start,
+                                step_time_s=truth(b, k) * factor, relative_se=0.005)
+            )  # fmt: skip
     posterior = fit_step_model(observations)
     assert posterior.sampled_methods == ("dspark",)
     assert math.exp(posterior.gamma[0]) == pytest.approx(1.05, abs=0.02)
@@ -160,8 +164,10 @@ def observe(k: int, b: int, *, start: int, rng=None, noise: float = 0.0, accepta
     truth, _, _ = SHAPES["straight"]
     e = expected_tokens_per_step(acceptance, k)
     rate = b * e / truth(b, k) * (1 + noise * rng.standard_normal() if rng is not None else 1.0)
-    return ThroughputObservation(num_speculative_tokens=k, concurrency=b, output_tokens_per_s=rate,
-                                 tokens_per_step=e, drafter=DSPARK if k else None, workload="prose", start=start)  # fmt: skip
+    return ThroughputObservation(
+        num_speculative_tokens=k, concurrency=b, output_tokens_per_s=rate, tokens_per_step=e,
+        drafter=DSPARK if k else None, workload="prose", start=start,
+    )  # fmt: skip
 
 
 def test_draws_are_paired_across_k() -> None:
