@@ -18,7 +18,7 @@ import typer
 from specsweep import __version__
 from specsweep.cli import emulate, measure, recommend, report, rig, study, watch, workloads
 from specsweep.errors import SpecsweepError
-from specsweep.tuning.study import StudyInterrupted
+from specsweep.tuning.interrupts import StudyInterrupted
 
 app = typer.Typer(
     name="specsweep",

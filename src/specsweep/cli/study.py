@@ -140,6 +140,8 @@ def study(
         chosen = replace(chosen, tolerance=tolerance)
     if max_itl_p99 is not None:
         chosen = replace(chosen, objective=replace(chosen.objective, max_itl_p99_s=max_itl_p99 / 1000))
+    if chosen.server.mode == "emulator":
+        load_profile(chosen.server.emulator.profile)  # a wrong profile fails here, not in every trial's start
     out = Console(soft_wrap=True)
     if dry_run:
         print_plan(out, plan_study(chosen))

@@ -12,6 +12,10 @@ which also checked the templates when the study file was read: element by elemen
 templates (so no value can become a second argument or a command), shell-quoted in a
 shell-string template.
 
+Once ready, the server is asked what it is (``runtime/identity.py``): a started server carries
+what a study counts of it (its boot on its own clock, its time scale, the most sequences it
+batches), so nothing above ``runtime/`` needs to know which program it started.
+
 Before a start the port must be free: a server still answering there (a stale one, or someone
 else's) would otherwise pass the readiness check and be measured in place of the trial's.
 With ``lease_path`` the running server is recorded (``runtime/lease.py``) until it is stopped.
@@ -30,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsweep.config import ServerConfig
-from specsweep.engines.registry import EngineInfo
+from specsweep.engines.registry import EngineInfo, max_num_seqs_flag
 from specsweep.errors import LaunchError, ReadyTimeoutError
+from specsweep.runtime.identity import ServerIdentity, read_server_identity
 from specsweep.runtime.launcher import (
     ServerProcess,
     describe_exit,
@@ -41,6 +46,7 @@ from specsweep.runtime.launcher import (
     wait_until_ready,
 )
 from specsweep.runtime.lease import clear_lease, lease_for, write_lease
+from specsweep.runtime.modelled_time import ServerClock
 from specsweep.templates import CommandTemplate, Values, has_placeholder
 from specsweep.types import BootFacts, SpeculativeConfig
 
@@ -73,9 +79,26 @@ class StartedServer:
 
     url: str
     argv: tuple[str, ...]  # what was run (empty in attach mode)
-    startup_s: float
+    startup_s: float  # wall clock, from the start until ready
     boot: BootFacts
     log_path: Path
+    identity: ServerIdentity  # what it says it is, asked once it was ready
+    max_num_seqs: int | None  # the most sequences it batches: as it says, else its --max-num-seqs (None: not known)
+
+    @property
+    def clock(self) -> ServerClock:
+        """The clock its times run on (the emulator's modelled hardware, else the wall clock)."""
+        return self.identity.clock
+
+    @property
+    def modelled(self) -> bool:
+        """Whether its times are a modelled hardware's (the emulator's, at any time scale)."""
+        return self.identity.engine == "emulator"
+
+    @property
+    def boot_s(self) -> float:
+        """Its boot on its own clock: the modelled startup the emulator reports, else ``startup_s``."""
+        return self.identity.boot_s if self.identity.boot_s is not None else self.startup_s
 
 
 class TrialServer:
@@ -128,13 +151,31 @@ class TrialServer:
         refusal = self.engine.boot_refusal(self.log())
         if refusal is not None:
             raise LaunchError(refusal)
+        identity = read_server_identity(url, self.engine.name)
         return StartedServer(
             url=url,
             argv=tuple(argv),
             startup_s=startup,
             boot=self.engine.parse_boot_facts(self.log()),
             log_path=self.log_path,
+            identity=identity,
+            max_num_seqs=identity.max_num_seqs or max_num_seqs_flag(template_argv(config) or ()),
         )
+
+    @property
+    def clock(self) -> ServerClock:
+        """The clock the server will run on, known before it says so: a start that fails is timed on it."""
+        return ServerClock(self.config.emulator.time_scale) if self.modelled else ServerClock()
+
+    @property
+    def modelled(self) -> bool:
+        """Whether the server's times will be a modelled hardware's (it is the emulator)."""
+        return self.config.mode == "emulator"
+
+    @property
+    def api_engine(self) -> str:
+        """The engine whose API and metrics the server speaks (the emulator speaks vLLM's)."""
+        return "vllm" if self.modelled else self.engine.name
 
     def planned_command(self, spec: SpeculativeConfig | None, *, trial: int) -> str:
         """What a trial with ``spec`` would run, shell-quoted, without running it: PORT stands for
@@ -225,6 +266,19 @@ class TrialServer:
         raise ReadyTimeoutError(
             f"server.wait_free did not succeed within {self.config.ready_timeout_s:.0f} s; the next start could fail."
         )
+
+
+def template_argv(config: ServerConfig) -> list[str] | None:
+    """The words of the command a study's server config starts every server with: no spec flags,
+    port 0 (None in attach mode, where the user starts it). A shell-string template is split as
+    the shell would."""
+    if config.mode == "emulator":
+        return study_emulator_argv(config.emulator, host=config.host, port=0, speculative_config=None)
+    if config.start is None:
+        return None
+    values = placeholder_values(host=config.host, port=0, spec=None, spec_args=[], model=config.model, trial=0)
+    argv = render_command(config.start, values)
+    return shlex.split(argv[-1]) if isinstance(config.start, str) else argv
 
 
 def read_help_flags(config: ServerConfig, engine: EngineInfo) -> frozenset[str] | None:

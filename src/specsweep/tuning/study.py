@@ -9,9 +9,6 @@ same server, tuning/space.py) reuses its figures without a restart.
 from __future__ import annotations
 
 import contextlib
-import signal
-import sys
-import threading
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterator
@@ -22,9 +19,8 @@ from typing import Any
 import optuna
 
 from specsweep.config import StudyConfig
-from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import EngineInfo, engine_info
-from specsweep.errors import ConfigError, SpecsweepError
+from specsweep.errors import ConfigError
 from specsweep.runtime.client import api_key_from_env
 from specsweep.runtime.lease import reclaim_leases
 from specsweep.runtime.measure import thin_levels
@@ -32,6 +28,13 @@ from specsweep.runtime.trial_server import read_help_flags
 from specsweep.tuning import records
 from specsweep.tuning.claims import claim, key_states
 from specsweep.tuning.events import MeasuredElsewhere, Note, Planned, StartsLeft, StudyEvent, TrialReused, Waiting
+from specsweep.tuning.interrupts import (
+    INTERRUPTED,
+    StudyInterrupted,
+    check_interrupt,
+    no_interrupt,
+    sigterm_as_interrupt,
+)
 from specsweep.tuning.records import TrialOutcome
 from specsweep.tuning.space import (
     Space,
@@ -50,7 +53,7 @@ from specsweep.tuning.storage import (
     redact_password,
 )
 from specsweep.tuning.strategy import Phase, SearchDecision, decide_next, start_budget
-from specsweep.tuning.study_settings import write_engine_flags
+from specsweep.tuning.study_settings import stored_max_num_seqs, write_engine_flags
 from specsweep.tuning.study_store import StudyPaths, open_study, settings_of
 from specsweep.tuning.study_time import StudyTime, study_time
 from specsweep.tuning.trial import TrialRunner, level_targets
@@ -60,10 +63,6 @@ from specsweep.workload import Workload, load_workload, too_small
 # Trials that measure a configuration chosen by hand: never stopped for being behind (a search's
 # repeat is a contender too: the trial says so itself).
 PLANNED = "planned"
-
-
-class StudyInterrupted(SpecsweepError):
-    """The user stopped the study (Ctrl-C or SIGTERM); everything measured is kept."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,58 +76,6 @@ class StudyOutcome:
     restarts: int
     ties: tuple[str, ...] = ()  # leaders the search could not separate, and what would
     time: StudyTime | None = None  # where this run's time went
-
-
-INTERRUPTED = "interrupted by the user"
-
-
-@contextlib.contextmanager
-def _no_interrupt() -> Iterator[None]:
-    """A second Ctrl-C while an interrupted trial is being recorded waits until it is recorded."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops the study the way Ctrl-C does: server stopped, trial failed, data kept.
-
-    Ctrl-C gets a handler of its own too: with Python's default one, asyncio.run (each
-    measurement) turns the first Ctrl-C into a cancel of its task, and drops it when the task has
-    just finished. This one raises KeyboardInterrupt where the program is, and notes it, so an
-    interrupt that Python swallows anyway (one landing in a finalizer is "Exception ignored in
-    ...") is raised again where the loop next looks (_check_interrupt)."""
-
-    def handler(signum: int, frame: object) -> None:
-        _interrupted.set()
-        raise KeyboardInterrupt
-
-    def unraisable(info: Any) -> None:
-        if not isinstance(info.exc_value, KeyboardInterrupt):
-            hook(info)
-
-    _interrupted.clear()
-    previous_term = signal.signal(signal.SIGTERM, handler)
-    previous_int = signal.signal(signal.SIGINT, handler)
-    hook, sys.unraisablehook = sys.unraisablehook, unraisable
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous_term)
-        signal.signal(signal.SIGINT, previous_int)
-        sys.unraisablehook = hook
-
-
-_interrupted = threading.Event()
-
-
-def _check_interrupt() -> None:
-    """Raise an interrupt that was swallowed before it stopped the run (see _sigterm_as_interrupt)."""
-    if _interrupted.is_set():
-        raise KeyboardInterrupt
 
 
 class StudyRunner:
@@ -165,8 +112,6 @@ class StudyRunner:
         # build at hand now, so a setting it cannot express stops the study before any server starts.
         help_flags = read_help_flags(config.server, self.engine)
         check_spec_args(self.space, self.engine, config.source, help_flags=help_flags)
-        if config.server.mode == "emulator":
-            load_profile(config.server.emulator.profile)  # a wrong profile fails here, not in every trial
         workloads: dict[str, Workload] = {name: load_workload(name) for name in config.workloads}
         api_key = api_key_from_env(config.server.api_key_env)
         self.storage = open_storage(paths.storage, heartbeat_s=config.heartbeat_s)
@@ -179,7 +124,8 @@ class StudyRunner:
             ask_user=ask_user, help_flags=help_flags,
         )  # fmt: skip
         write_engine_flags(self.study, help_flags)
-        self.settings = settings_of(config, self.space)
+        # the server's max_num_seqs as a server of this study said it, if one did (else after the first start)
+        self.settings = replace(settings_of(config, self.space), max_num_seqs=stored_max_num_seqs(self.study))
         self.ties: tuple[str, ...] = ()  # leaders the search could not separate (said at its stop)
         self._engine_version: str | None = None  # what the measured server said it is
         self._trial_wall_s = 0.0  # wall clock inside trials this run (the rest is idle)
@@ -213,9 +159,9 @@ class StudyRunner:
                     self.emit(Note(text=note))
         for note in reclaim_leases(self.paths.leases, grace_s=config.server.stop_grace_s):
             self.emit(Note(text=note))
-        with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat, self._stopped_by_user(before):
+        with sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat, self._stopped_by_user(before):
             while True:
-                _check_interrupt()
+                check_interrupt()
                 if budget is not None and new_trials >= budget:
                     stop_reason = f"trial budget reached ({budget})"
                     break
@@ -300,7 +246,7 @@ class StudyRunner:
         if key in key_states(self.study, before).measured:
             return TrialOutcome.SKIPPED
         self.study.enqueue_trial(params, user_attrs=records.decision_attrs(PLANNED))
-        with _sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat, self._stopped_by_user(before):
+        with sigterm_as_interrupt(), Heartbeat(self.storage) as heartbeat, self._stopped_by_user(before):
             trial = self._ask()
             heartbeat.follow(trial._trial_id)
             return self._run_next(trial, before)
@@ -342,15 +288,17 @@ class StudyRunner:
         try:
             value = self.trials.run(self.study, trial, spec, targets)
         except KeyboardInterrupt:
-            with _no_interrupt():
+            with no_interrupt():
                 # a Ctrl-C while the finished trial's line is printed: it is told already, and kept
                 if self.study.trials[trial.number].state == optuna.trial.TrialState.RUNNING:
                     self.trials.fail(self.study, trial, INTERRUPTED)
             raise
         finally:
             self._trial_wall_s += time.monotonic() - trial_started
-        _check_interrupt()  # a Ctrl-C the measurement swallowed stops the run now, its trial kept
+        check_interrupt()  # a Ctrl-C the measurement swallowed stops the run now, its trial kept
         self._adopt_version(self.trials.engine_version)
+        if self.settings.max_num_seqs is None and self.trials.max_num_seqs is not None:
+            self.settings = replace(self.settings, max_num_seqs=stored_max_num_seqs(self.study))
         return TrialOutcome.FAILED if value is None else TrialOutcome.MEASURED
 
     @contextlib.contextmanager
@@ -361,7 +309,7 @@ class StudyRunner:
         try:
             yield
         except KeyboardInterrupt:
-            with _no_interrupt():
+            with no_interrupt():
                 for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
                     if trial.number in self._asked:
                         records.record_failure_of(self.study, trial.number, INTERRUPTED)
