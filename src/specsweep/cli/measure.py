@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from specsweep.cli.options import check_duration, check_levels, check_url, one_of, seconds_of
-from specsweep.cli.printers import print_measurement, print_rig_recommendation
+from specsweep.cli.printers import print_measurement
+from specsweep.cli.rig_printers import print_rig_recommendation
 from specsweep.config import parse_concurrency
 from specsweep.errors import ConfigError
 from specsweep.rigs.file import check_server_against_rig, load_rig

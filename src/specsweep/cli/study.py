@@ -15,9 +15,9 @@ from specsweep.cli.printers import (
     print_best_measured,
     print_boot,
     print_plan,
-    print_rig_study,
     print_study_time,
 )
+from specsweep.cli.rig_printers import print_rig_study
 from specsweep.config import (
     EmulatorServer,
     MeasureConfig,
