@@ -113,21 +113,21 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
         words = pasted.stdout.split()
         assert int(words[words.index(flag) + 1]) in (best[1][0], best[4][0])
     assert (folder / "study.db").is_file()
-    restarts = int(re.search(r"\((\d+) server starts this run\)", out).group(1))
-    assert restarts <= 7  # the grid has 11 configurations
-    assert len(re.findall(r"next: worth it: .+: expected to buy [\d.]+ tok/s", out)) == restarts - 3  # off, 2 largest k
+    starts = int(re.search(r"\((\d+) server starts this run\)", out).group(1))
+    assert starts <= 7  # the grid has 11 configurations
+    assert len(re.findall(r"next: worth it: .+: expected to buy [\d.]+ tok/s", out)) == starts - 3  # off, 2 largest k
     # what is left, before every start: never more than the grid's 11; once values exist, how many
     # starts are expected and the time they leave
     caps = [int(c) for c in re.findall(r"start \d+ of at most (\d+)[;,]", out)]
-    assert caps == [11] * restarts, out
+    assert caps == [11] * starts, out
     assert "start 1 of at most 11; time left: known once a start is timed" in out
     assert re.search(r"start 2 of at most 11; a start takes about [\d.]+ min \(modelled\)", out), out
     expected = [
         int(e) for e in re.findall(r"start \d+ of at most 11, about (\d+) expected; about [\d.]+ min left", out)
     ]
-    assert len(expected) == restarts - 3 and all(restarts - 3 <= e <= 11 for e in expected), out
-    assert len(re.findall(r"\(boot 4\.0 min, measuring ", out)) == restarts  # the profile's 240 s boot, as it was
-    assert len(list((folder / "trials").glob("trial-*.json"))) == restarts
+    assert len(expected) == starts - 3 and all(starts - 3 <= e <= 11 for e in expected), out
+    assert len(re.findall(r"\(boot 4\.0 min, measuring ", out)) == starts  # the profile's 240 s boot, as it was
+    assert len(list((folder / "trials").glob("trial-*.json"))) == starts
     assert emulator_processes("--time-scale 100.0", cwd=tmp_path) == []
     # Running the README's command again continues the stored study: no restart, same answer.
     again = specsweep("study", "--workload", "technical", cwd=tmp_path)
@@ -156,7 +156,7 @@ def test_boot_failures_fail_the_trial_and_the_study_goes_on(tmp_path: Path) -> N
     # off and the largest k that boots (3) once each (temperature 0: one draft method, no restart spent
     # on both); measured again only where the search asked to separate leaders
     assert len(first) == len(set(first)) and {"off", '{"method":"dspark","num_speculative_tokens":3}'} <= set(first)
-    assert outcome.restarts == len(complete) + len(failed)
+    assert outcome.starts == len(complete) + len(failed)
     # what the study counts of its starts is what the started emulator said: its boot (0 s modelled,
     # --startup-seconds 0), its clock, the most sequences it batches (the default profile's)
     times = [t.user_attrs["times"] for t in complete if "reused_from" not in t.user_attrs]

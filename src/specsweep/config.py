@@ -65,7 +65,7 @@ class EmulatorServer:
     extra_args: tuple[str, ...] = ()
 
     # The README's first study: 100 times faster than the hardware, so the profile's four-minute
-    # restart takes 2.4 s of wall clock and the study about a minute on 2 cores.
+    # start takes 2.4 s of wall clock and the study about a minute on 2 cores.
     DEMO_TIME_SCALE: ClassVar[float] = 100.0
 
     @classmethod
@@ -152,7 +152,7 @@ class StudyConfig:
     max_consecutive_failures: int = 3
     heartbeat_s: int = 20  # on a shared database: seconds between a worker's heartbeats
     # Differences under this share of a rate do not matter: such leaders are "either is fine" and
-    # never separated by restarts, and an hour of server starts is worth one tolerance of rate.
+    # never separated by starts, and an hour of server starts is worth one tolerance of rate.
     tolerance: float = 0.01
     server: ServerConfig = field(default_factory=ServerConfig)
     search: SearchSpace = field(default_factory=SearchSpace)

@@ -1,4 +1,4 @@
-"""``specsweep measure``: one honest measurement of a running server, no restarts."""
+"""``specsweep measure``: one honest measurement of a running server, no starts."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def measure(
     ),
     json_path: Path = typer.Option(None, "--json-file", hidden=True, help="Old spelling: write the JSON to this file."),
     rig: Path = typer.Option(
-        None, help="A rig file (studies/NAME/rig.json): also recommend k for this workload, with no restart."
+        None, help="A rig file (studies/NAME/rig.json): also recommend k for this workload, with no start."
     ),
     drafter: str = typer.Option(
         None,
@@ -84,7 +84,7 @@ def measure(
     Per level: warm-up, a /metrics snapshot, N streamed requests (exact token counts from
     usage, never chunk counts), a second snapshot. Prints single-stream and concurrent decode
     rates, TTFT, prefill, the server's own throughput beside the client's, and per-position
-    draft acceptance from the counter differences. Nothing is restarted.
+    draft acceptance from the counter differences. Nothing is started.
 
     With --rig: the server must be the rig's (engine, version, model; flags too with
     --server-args). The workload's acceptance curve fitted from the counters at the running k and

@@ -189,7 +189,7 @@ class StudyProgress:
             case TrialFailed(trial=trial, reason=reason):
                 out.print(f"trial {trial:3d}  [red]failed[/red]: {reason}")
             case TrialReused(trial=trial, source=source):
-                out.print(f"trial {trial:3d}  same server as trial {source}: result reused, no restart")
+                out.print(f"trial {trial:3d}  same server as trial {source}: result reused, no start")
             case MeasuredElsewhere(trial=trial, source=source, worker=worker):
                 out.print(f"trial {trial:3d}  worker {worker} measures this configuration (trial {source})")
             case Waiting(trials=trials):

@@ -58,7 +58,7 @@ def _gain(rec: Recommendation) -> str:
 def print_rig_recommendation(
     out: Console, built: Rig, path: Path | None, result: WorkloadOnRig, *, unchecked: tuple[str, ...]
 ) -> None:
-    """The zero-restart recommendation, one line per concurrency level, and how far it extrapolates."""
+    """The recommendation with no start, one line per concurrency level, and how far it extrapolates."""
     fit = result.fit
     out.print(f"\n[bold]rig[/bold] {path or ''}: {describe_rig(built)}")
     if unchecked:
@@ -116,7 +116,7 @@ def print_rig_recommendation(
 def print_rig_study(out: Console, result: RigStudyOutcome, path: Path) -> None:
     """What study --rig measured, why, and the recommendation per workload."""
     out.print(
-        f"\n{result.server_starts} server start(s) this run: "
+        f"\n{result.starts} server start(s) this run: "
         + "; ".join(f"{p.candidate.short_label} ({p.reason})" for p in result.plan)
     )
     for note in result.notes:

@@ -3,7 +3,7 @@
 The parts it composes: tuning/study_store.py opens or joins the study; tuning/strategy.py (the
 "model" sampler) or optuna's sampler chooses; tuning/claims.py makes sure no two workers measure
 one configuration; tuning/trial.py runs one trial. A duplicate of a measured configuration (the
-same server, tuning/space.py) reuses its figures without a restart.
+same server, tuning/space.py) reuses its figures without a start.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class StudyOutcome:
     space: Space
     stop_reason: str
     new_trials: int
-    restarts: int
+    starts: int  # server starts this run
     ties: tuple[str, ...] = ()  # leaders the search could not separate, and what would
     time: StudyTime | None = None  # where this run's time went
 
@@ -143,7 +143,7 @@ class StudyRunner:
         # Configurations that fail in this run (in any worker) are not retried in it.
         before = frozenset(t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished())
         space_keys = set(self.space.distinct_keys())
-        new_trials = restarts = failures = 0
+        new_trials = starts = failures = 0
         stop_reason = ""
         waiting = False
         if self.space.methods_collapsed and len(config.search.draft_sample_method) > 1:
@@ -219,14 +219,14 @@ class StudyRunner:
                 if outcome is TrialOutcome.INVALID:
                     failures += 1
                 elif outcome is TrialOutcome.FAILED:
-                    restarts += 1
+                    starts += 1
                     failures += 1
                     if failures >= config.max_consecutive_failures:
                         last = records.read_trial(self.study.trials[trial.number]).fail_reason
                         stop_reason = f"{failures} trials in a row failed; the last: {last}"
                         break
                 elif outcome is TrialOutcome.MEASURED:
-                    restarts += 1
+                    starts += 1
                     failures = 0
         mine = [t for t in records.read_trials(self.study) if t.number not in before and t.worker == self.worker]
         spent = study_time(
@@ -234,7 +234,7 @@ class StudyRunner:
             trial_wall_s=self._trial_wall_s,
         )  # fmt: skip
         return StudyOutcome(
-            study=self.study, space=self.space, stop_reason=stop_reason, new_trials=new_trials, restarts=restarts,
+            study=self.study, space=self.space, stop_reason=stop_reason, new_trials=new_trials, starts=starts,
             ties=self.ties, time=spent,
         )  # fmt: skip
 
@@ -355,7 +355,7 @@ class StudyRunner:
             return f"{self.engine.name} has no draft sampling choice: draft_sample_method is not searched."
         return (
             "temperature is 0: greedy and probabilistic drafting are identical there, so draft_sample_method "
-            "is not searched (no restart is spent telling them apart)."
+            "is not searched (no start is spent telling them apart)."
         )
 
     def _queued(self) -> bool:
