@@ -107,8 +107,14 @@ class EmulatorApi:
 
     async def version(self, request: web.Request) -> web.Response:
         # vLLM answers {"version"}; the emulator adds what it emulates, so a rig can tell it apart
-        # and read rates in the modelled hardware's units.
-        emulated: dict[str, Any] = {"profile": self.profile.name, "time_scale": self.engine.time_scale}
+        # and read rates in the modelled hardware's units, and what a study counts of its start:
+        # the modelled boot and the most sequences it batches.
+        emulated: dict[str, Any] = {
+            "profile": self.profile.name,
+            "time_scale": self.engine.time_scale,
+            "startup_s": self.profile.boot_s,
+            "max_num_seqs": self.profile.max_num_seqs,
+        }
         if self.traffic is not None:
             emulated["traffic"] = self.traffic.describe()
         return web.json_response({"version": self.profile.version, "emulator": emulated})
