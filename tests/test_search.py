@@ -312,21 +312,21 @@ def test_a_stopped_model_study_resumes_where_its_trials_leave_off(tmp_path: Path
     config = parse_study_config(small_model_study("resume"))
     paths = study_paths(config, tmp_path)
     first = StudyRunner(config, paths).run(max_trials=2)
-    assert first.restarts == 2 and "trial budget" in first.stop_reason
+    assert first.starts == 2 and "trial budget" in first.stop_reason
     events = []
     second = StudyRunner(config, paths, resume=True, on_event=events.append).run()
     plans = [e for e in events if isinstance(e, Planned)]
     assert plans and plans[0].phase != "speculation off"  # off and k = 4 are not measured again
     measured = [t for t in read_trials(second.study) if t.measured]
     firsts = [t.key for t in measured if not t.repeat]  # every configuration measured once, repeats aside
-    assert len(firsts) == len(set(firsts)) and len(measured) == first.restarts + second.restarts
+    assert len(firsts) == len(set(firsts)) and len(measured) == first.starts + second.starts
     # measured every configuration once only where nothing else stopped it first: the grid's size is the cap
     assert len(firsts) < second.space.size() or re.search(
         r"every configuration|as many server starts as there are configurations to measure", second.stop_reason
     )
 
 
-def test_model_study_on_the_emulator_finds_the_true_best_with_fewer_restarts_than_the_grid(tmp_path: Path) -> None:
+def test_model_study_on_the_emulator_finds_the_true_best_with_fewer_starts_than_the_grid(tmp_path: Path) -> None:
     """Prose on the default profile at its reference temperature: 11 configurations in the grid."""
     config_file = tmp_path / "prose.toml"
     write_study(
@@ -342,10 +342,10 @@ def test_model_study_on_the_emulator_finds_the_true_best_with_fewer_restarts_tha
     assert "sampler model" in out and "11 distinct configurations" in out
     stop = re.search(r"stopped: (.+) \((\d+) server starts this run\)", out)
     assert stop and ("no start is worth its time" in stop.group(1) or "tolerance" in stop.group(1)), out
-    restarts = int(stop.group(2))
-    assert restarts <= 7
+    starts = int(stop.group(2))
+    assert starts <= 7
     lefts = [int(m) for m in re.findall(r"start \d+ of at most (\d+)[;,]", out)]
-    assert lefts == [11] * restarts, out
+    assert lefts == [11] * starts, out
     match = re.search(r"prose at concurrency 1: k=(\d+) dspark \((\w+)\), ", out)  # the recommendation
     assert match, out
     assert (int(match.group(1)), match.group(2)) == true_best("prose", 1, 5), out

@@ -85,6 +85,19 @@ def _engine_version(study: optuna.Study) -> str | None:
     return None
 
 
+def adopt_max_num_seqs(study: optuna.Study, max_num_seqs: int) -> None:
+    """The most sequences the study's server batches, as a started server gave it, unless the study
+    has it already (the first server to say it sets it, as the first worker creates the study)."""
+    if study.user_attrs.get("max_num_seqs") is None:
+        study.set_user_attr("max_num_seqs", max_num_seqs)
+
+
+def stored_max_num_seqs(study: optuna.Study) -> int | None:
+    """The most sequences the study's server batches, as its storage has it (None: no server said yet)."""
+    value = study.user_attrs.get("max_num_seqs")
+    return int(value) if value is not None else None
+
+
 def write_itl_limit(study: optuna.Study, limit_s: float | None) -> None:
     """A new latency target for an existing study (it only changes what is recommended)."""
     study.set_user_attr("max_itl_p99_s", limit_s)
