@@ -15,7 +15,8 @@ from specsweep.analysis.drafters import Candidate, Drafter
 from specsweep.analysis.noise import noise_of
 from specsweep.analysis.rates import predict_throughput, sample_rates
 from specsweep.analysis.recommendation import recommend_draft_length
-from specsweep.analysis.step_model import Cell, StepObservation, fit_step_model, padded
+from specsweep.analysis.step_fit import fit_step_model
+from specsweep.analysis.step_model import Cell, StepObservation, padded
 from specsweep.analysis.throughput import ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
 

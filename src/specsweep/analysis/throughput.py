@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of
-from specsweep.analysis.step_model import Cell, StepObservation, StepPosterior, fit_step_model
+from specsweep.analysis.step_fit import fit_step_model
+from specsweep.analysis.step_model import Cell, StepObservation, StepPosterior
 from specsweep.errors import FitError
 from specsweep.types import MeasuredConfig, RunNoisePrior
 

@@ -27,6 +27,7 @@ from specsweep.runtime.measure import thin_levels
 from specsweep.runtime.run_owner import this_run
 from specsweep.runtime.trial_server import read_help_flags
 from specsweep.tuning import records
+from specsweep.tuning.budget import start_budget
 from specsweep.tuning.claims import claim, key_states
 from specsweep.tuning.events import (
     MeasuredElsewhere,
@@ -61,7 +62,7 @@ from specsweep.tuning.storage import (
     has_heartbeats,
     open_storage,
 )
-from specsweep.tuning.strategy import Phase, SearchDecision, decide_next, start_budget
+from specsweep.tuning.strategy import Phase, SearchDecision, decide_next
 from specsweep.tuning.study_settings import stored_max_num_seqs, write_engine_flags
 from specsweep.tuning.study_store import StudyPaths, hold_study, open_study, settings_of
 from specsweep.tuning.study_time import StudyTime, study_time
