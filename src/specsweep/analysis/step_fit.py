@@ -50,7 +50,9 @@ def fit_step_model(
                and o.num_speculative_tokens for o in usable)
     )  # fmt: skip
     y = np.log([o.step_time_s for o in usable])
-    se = np.array([max(o.relative_se or 0.0, MIN_LEVEL_SE) for o in usable])
+    # a level's own error: from its requests' spread; not known (a study stored before it was kept,
+    # a rig's derived level), the engine's usual noise
+    se = np.array([max(o.relative_se if o.relative_se else prior.relative_sd, MIN_LEVEL_SE) for o in usable])
     starts = sorted({o.start for o in usable})
     z_start = np.array([[1.0 if o.start == s else 0.0 for s in starts] for o in usable])
     cells = sorted({o.cell.key: o.cell for o in usable}.values(), key=lambda c: c.key)

@@ -19,7 +19,8 @@ aggregate rate R). Its logarithm is
 - ``delta_cell ~ N(0, tau^2)``: what the physics misses at one (concurrency, drafter, k), shared by
   every start of it. Its size tau is estimated from the data; a measured cell leans on its own
   measurements as far as they outweigh tau, an unmeasured one carries tau whole.
-- ``eps ~ N(0, se_i^2)``: the level's own measurement error from its requests' spread.
+- ``eps ~ N(0, se_i^2)``: the level's own measurement error from its requests' spread (not known:
+  the engine's usual noise).
 
 Priors (stated in docs/math.md): sigma_start is scaled-inverse-chi-square at the engine's usual
 run noise (``RunNoisePrior``); tau at ``TAU_PRIOR`` (the 2% a 12% pad at a far draft length hides
