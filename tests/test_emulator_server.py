@@ -37,8 +37,11 @@ def test_simple_endpoints(start_emulator) -> None:
         # vLLM's {"version"}, plus what the emulator emulates (a rig file tells it apart by this)
         assert http.get("/version").json() == {
             "version": "0.33.0",
-            "emulator": {"profile": "dgx-spark-v4-flash", "time_scale": 50.0, "startup_s": 0.0, "max_num_seqs": 4},
-        }
+            "emulator": {
+                "profile": "dgx-spark-v4-flash", "time_scale": 50.0, "startup_s": 0.0, "max_num_seqs": 4,
+                "captured_widths": [],  # a profile without captured graphs says an empty list
+            },
+        }  # fmt: skip
         models = http.get("/v1/models").json()
         assert models["data"][0]["id"] == DEFAULT_MODEL
         missing = http.post("/v1/chat/completions", json=chat_body(model="gpt-unknown"))

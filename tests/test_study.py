@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import httpx
@@ -26,11 +27,14 @@ from specsweep.runtime.trial_server import StartedServer, placeholder_values, re
 from specsweep.tuning.events import Note
 from specsweep.tuning.records import is_repeat
 from specsweep.tuning.study import StudyRunner
-from specsweep.tuning.study_store import study_paths
+from specsweep.tuning.study_settings import read_study_settings, with_server_facts
+from specsweep.tuning.study_store import settings_of, study_paths
 from specsweep.types import BootFacts
 
 from .builders import emulator_study, specsweep, write_study
 from .conftest import print_truth
+
+BENCH_PROFILES = Path(__file__).resolve().parents[1] / "bench" / "profiles"
 
 
 def true_best(workload: str, concurrency: int, k_max: int) -> tuple[int, str]:
@@ -167,12 +171,19 @@ def test_boot_failures_fail_the_trial_and_the_study_goes_on(tmp_path: Path) -> N
 
 
 def test_a_started_server_carries_what_it_says_of_its_boot_clock_and_batch(tmp_path: Path) -> None:
-    """The emulator's /version gives its modelled boot and max_num_seqs; any other server's boot is
-    the wall clock until ready, and its max_num_seqs its command's flag."""
+    """The emulator's /version gives its modelled boot, max_num_seqs and captured widths; any other
+    server's boot is the wall clock until ready, its max_num_seqs its command's flag, and its
+    captured widths are not known."""
 
     def emulator(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/version":
-            block = {"profile": "p", "time_scale": 50.0, "startup_s": 240.0, "max_num_seqs": 4}
+            block = {
+                "profile": "p",
+                "time_scale": 50.0,
+                "startup_s": 240.0,
+                "max_num_seqs": 4,
+                "captured_widths": said_widths,
+            }
             return httpx.Response(200, json={"version": "0.33.0", "emulator": block})
         return httpx.Response(200, json={"data": [{"id": "m"}]})
 
@@ -189,20 +200,54 @@ def test_a_started_server_carries_what_it_says_of_its_boot_clock_and_batch(tmp_p
     def started(said: ServerIdentity, flagged: int | None) -> StartedServer:
         return StartedServer(
             url="http://x", argv=(), startup_s=4.9, boot=BootFacts(), log_path=tmp_path / "log", identity=said,
-            max_num_seqs=said.max_num_seqs or flagged,
+            max_num_seqs=said.max_num_seqs or flagged, captured_widths=said.captured_widths,
         )  # fmt: skip
 
+    said_widths: object = [8, 1, 2, 4, 2]  # as a server may say them: read ascending, once each
     on_emulator = started(identity(emulator, "emulator"), None)
     assert (on_emulator.boot_s, on_emulator.clock.time_scale, on_emulator.max_num_seqs) == (240.0, 50.0, 4)
-    assert on_emulator.modelled
+    assert on_emulator.modelled and on_emulator.captured_widths == (1, 2, 4, 8)
+    # kept with the trial as the identity is, and read back the same
+    assert ServerIdentity.from_stored(asdict(on_emulator.identity)) == on_emulator.identity
     real = started(identity(vllm, "vllm"), 8)
     assert (real.boot_s, real.clock.time_scale, real.max_num_seqs, real.modelled) == (4.9, 1.0, 8, False)
+    assert real.captured_widths == ()  # vLLM says nothing of its graphs, and none is guessed
+    # widths with anything but positive whole numbers in them are not taken (a part would pad wrongly)
+    for wrong in ([1, 0, 4], [1, "2"], [1, True], 8, "1,2"):
+        said_widths = wrong
+        assert identity(emulator, "emulator").captured_widths == ()
     # a server stored by a version that did not keep these reads as one that said nothing
     assert ServerIdentity.from_stored({"engine": "vllm", "time_scale": 1.0}).boot_s is None
+    assert ServerIdentity.from_stored({"engine": "emulator", "max_num_seqs": 4}).captured_widths == ()
     server = {"engine": "vllm", "start": ["vllm", "serve", "m", "--max-num-seqs", "8", "--port", "{port}"]}
     assert template_argv(parse_study_config(emulator_study("t", seed=1) | {"server": server}).server)[-3:] == [
         "8", "--port", "0",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("profile", "widths"),
+    [
+        (str(BENCH_PROFILES / "l4-eagle3-graphs.toml"), (1, 2, 4, 8, 16, 24, 32, 48, 64, 96)),
+        (None, ()),  # the default profile captures no graphs: steps are not padded
+    ],
+)
+def test_the_first_start_gives_the_study_its_servers_captured_widths(
+    tmp_path: Path, profile: str | None, widths: tuple[int, ...]
+) -> None:
+    """The widths the started emulator says it captured graphs for become the study's, read by
+    the search's next decision (the runner's settings) and by the report (the stored settings)."""
+    method = {"method": "eagle3", "model": "bench/eagle3-head"} if profile else {"method": "dspark"}
+    config = parse_study_config(small_study(tmp_path, profile=profile, k=(1, 2), search={"fixed": method}))
+    runner = StudyRunner(config, study_paths(config, tmp_path))
+    assert runner.settings.captured_widths == ()  # no server said them yet
+    runner.run(max_trials=1)
+    assert runner.settings.captured_widths == widths
+    assert runner.study.user_attrs["captured_widths"] == list(widths)
+    assert read_study_settings(runner.study).captured_widths == widths
+    assert runner.settings.max_num_seqs == load_profile(profile or DEFAULT_PROFILE).max_num_seqs
+    # a run that continues the study has them before it starts anything
+    assert with_server_facts(settings_of(config, runner.space), runner.study).captured_widths == widths
 
 
 def test_consecutive_failures_stop_the_study(tmp_path: Path) -> None:

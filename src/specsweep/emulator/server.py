@@ -84,12 +84,13 @@ class EmulatorApi:
     async def version(self, request: web.Request) -> web.Response:
         # vLLM answers {"version"}; the emulator adds what it emulates, so a rig can tell it apart
         # and read rates in the modelled hardware's units, and what a study counts of its start:
-        # the modelled boot and the most sequences it batches.
+        # the modelled boot, the most sequences it batches and the verified widths it has graphs for.
         emulated: dict[str, Any] = {
             "profile": self.profile.name,
             "time_scale": self.engine.time_scale,
             "startup_s": self.profile.boot_s,
             "max_num_seqs": self.profile.max_num_seqs,
+            "captured_widths": list(self.profile.timing.captured_widths),
         }
         if self.traffic is not None:
             emulated["traffic"] = self.traffic.describe()

@@ -2,8 +2,8 @@
 
 - vLLM: ``/version`` ({"version"}) and ``/v1/models``.
 - The emulator: vLLM's ``/version`` plus {"emulator": {"profile", "time_scale", "startup_s",
-  "max_num_seqs"}}: its modelled boot and the most sequences it batches, which no real engine
-  says over HTTP.
+  "max_num_seqs", "captured_widths"}}: its modelled boot, the most sequences it batches and the
+  verified widths it captured graphs for, which no real engine says over HTTP.
 - llama.cpp: ``/props`` (``build_info``, ``model_path``, ``total_slots``, the context size) and
   ``/v1/models``; it has no ``/version``.
 - SGLang: ``/server_info`` (``version``; SGLang 0.5.23 ``entrypoints/http_server.py``, where
@@ -37,6 +37,7 @@ class ServerIdentity:
     time_scale: float = 1.0  # the emulator's: its rates are this many times the modelled hardware's
     boot_s: float | None = None  # its start's boot on its own clock, where it says (the emulator's modelled startup)
     max_num_seqs: int | None = None  # the most sequences it batches, where it says (the emulator)
+    captured_widths: tuple[int, ...] = ()  # verified widths with a captured graph, where it says (the emulator)
 
     @property
     def clock(self) -> ServerClock:
@@ -55,6 +56,7 @@ class ServerIdentity:
             time_scale=float(stored.get("time_scale") or 1.0),
             boot_s=_number(stored.get("boot_s")),
             max_num_seqs=_count(stored.get("max_num_seqs")),
+            captured_widths=_widths(stored.get("captured_widths")),
         )
 
 
@@ -86,6 +88,7 @@ async def read_identity(http: httpx.AsyncClient, engine: str | None) -> ServerId
     clock = ServerClock()
     boot_s: float | None = None
     max_num_seqs: int | None = None
+    captured_widths: tuple[int, ...] = ()
     if engine in (None, "vllm", "emulator"):
         answer = await _get_json(http, "/version")
         if isinstance(answer, dict) and "version" in answer:
@@ -97,6 +100,7 @@ async def read_identity(http: httpx.AsyncClient, engine: str | None) -> ServerId
                 clock = clock_from_version(answer)
                 boot_s = _number(emulated.get("startup_s"))
                 max_num_seqs = _count(emulated.get("max_num_seqs"))
+                captured_widths = _widths(emulated.get("captured_widths"))
             else:
                 engine = engine or "vllm"
     if engine in (None, "llama.cpp"):
@@ -124,6 +128,7 @@ async def read_identity(http: httpx.AsyncClient, engine: str | None) -> ServerId
         time_scale=clock.time_scale,
         boot_s=boot_s,
         max_num_seqs=max_num_seqs,
+        captured_widths=captured_widths,
     )
 
 
@@ -139,6 +144,15 @@ def _count(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return None
     return value
+
+
+def _widths(value: Any) -> tuple[int, ...]:
+    """The verified widths a server gave, ascending and once each (empty: it gave none, or a list
+    with anything but positive whole numbers in it: a partial list would pad steps wrongly)."""
+    if not isinstance(value, list | tuple):
+        return ()
+    counts = [_count(width) for width in value]
+    return () if None in counts else tuple(sorted({c for c in counts if c is not None}))
 
 
 def read_server_identity(url: str, engine: str | None = None) -> ServerIdentity:

@@ -98,6 +98,9 @@ class StartedServer:
     log_path: Path
     identity: ServerIdentity  # what it says it is, asked once it was ready
     max_num_seqs: int | None  # the most sequences it batches: as it says, else its --max-num-seqs (None: not known)
+    # the verified widths it captured graphs for, as it says (the emulator; empty: not known, no
+    # real engine's flags and version are read for them yet)
+    captured_widths: tuple[int, ...] = ()
 
     @property
     def clock(self) -> ServerClock:
@@ -175,6 +178,7 @@ class TrialServer:
             log_path=self.log_path,
             identity=identity,
             max_num_seqs=identity.max_num_seqs or max_num_seqs_flag(template_argv(config) or ()),
+            captured_widths=identity.captured_widths,
         )
 
     @property

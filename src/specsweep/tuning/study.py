@@ -63,7 +63,7 @@ from specsweep.tuning.storage import (
     open_storage,
 )
 from specsweep.tuning.strategy import Phase, SearchDecision, decide_next
-from specsweep.tuning.study_settings import stored_max_num_seqs, write_engine_flags
+from specsweep.tuning.study_settings import with_server_facts, write_engine_flags
 from specsweep.tuning.study_store import StudyPaths, hold_study, open_study, settings_of
 from specsweep.tuning.study_time import StudyTime, study_time
 from specsweep.tuning.trial import TrialRunner, level_targets
@@ -139,8 +139,9 @@ class StudyRunner:
             ask_user=ask_user, help_flags=help_flags,
         )  # fmt: skip
         write_engine_flags(self.study, help_flags)
-        # the server's max_num_seqs as a server of this study said it, if one did (else after the first start)
-        self.settings = replace(settings_of(config, self.space), max_num_seqs=stored_max_num_seqs(self.study))
+        # the server's max_num_seqs and captured widths as a server of this study said them, if one
+        # did (else after the first start that does)
+        self.settings = with_server_facts(settings_of(config, self.space), self.study)
         self.ties: tuple[str, ...] = ()  # leaders the search could not separate (said at its stop)
         self._engine_version: str | None = None  # what the measured server said it is
         self._trial_wall_s = 0.0  # wall clock inside trials this run (the rest is idle)
@@ -336,8 +337,7 @@ class StudyRunner:
             self._trial_wall_s += time.monotonic() - trial_started
         check_interrupt()  # a Ctrl-C the measurement swallowed stops the run now, its trial kept
         self._adopt_version(self.trials.engine_version)
-        if self.settings.max_num_seqs is None and self.trials.max_num_seqs is not None:
-            self.settings = replace(self.settings, max_num_seqs=stored_max_num_seqs(self.study))
+        self.settings = with_server_facts(self.settings, self.study)
         return TrialOutcome.FAILED if value is None else TrialOutcome.MEASURED
 
     def _adopt_version(self, version: str | None) -> None:

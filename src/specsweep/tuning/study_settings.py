@@ -6,6 +6,8 @@ existed read it from their trials.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import optuna
 
 from specsweep.engines.registry import known_engine
@@ -60,7 +62,7 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
         engine_version=_engine_version(study),
         engine_flags=frozenset(flags) if flags else None,
         max_itl_p99_s=attrs.get("max_itl_p99_s"),
-        captured_widths=tuple(int(w) for w in attrs.get("captured_widths") or ()),
+        captured_widths=stored_captured_widths(study),
     )
 
 
@@ -96,6 +98,27 @@ def stored_max_num_seqs(study: optuna.Study) -> int | None:
     """The most sequences the study's server batches, as its storage has it (None: no server said yet)."""
     value = study.user_attrs.get("max_num_seqs")
     return int(value) if value is not None else None
+
+
+def adopt_captured_widths(study: optuna.Study, widths: tuple[int, ...]) -> None:
+    """The verified widths the study's server captured graphs for, as a started server gave them,
+    unless the study has them already (the first server to say them sets them)."""
+    if widths and not study.user_attrs.get("captured_widths"):
+        study.set_user_attr("captured_widths", list(widths))
+
+
+def stored_captured_widths(study: optuna.Study) -> tuple[int, ...]:
+    """The verified widths the study's server captured graphs for, as its storage has them (empty:
+    no server said them yet, or none does)."""
+    return tuple(int(w) for w in study.user_attrs.get("captured_widths") or ())
+
+
+def with_server_facts(settings: StudySettings, study: optuna.Study) -> StudySettings:
+    """``settings`` with what the study's started servers said of themselves as its storage has it
+    (max_num_seqs, the captured widths); read again only while one of them is not known."""
+    if settings.max_num_seqs is not None and settings.captured_widths:
+        return settings
+    return replace(settings, max_num_seqs=stored_max_num_seqs(study), captured_widths=stored_captured_widths(study))
 
 
 def write_itl_limit(study: optuna.Study, limit_s: float | None) -> None:

@@ -155,9 +155,9 @@ def _constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
 
 
 def settings_of(config: StudyConfig, space: Space) -> StudySettings:
-    """What the study records about itself when it is created. The server's max_num_seqs is not
-    known yet: the first server started says it, or its command's --max-num-seqs does
-    (``TrialRunner`` adopts it, tuning/study_settings.py keeps it)."""
+    """What the study records about itself when it is created. The server's max_num_seqs and
+    captured widths are not known yet: the first server started says them, or its command's
+    --max-num-seqs does (``TrialRunner`` adopts them, tuning/study_settings.py keeps them)."""
     baseline = None
     if config.search.baseline is not None:
         baseline = space.config_from_params(space.params_for(config.search.baseline))

@@ -142,6 +142,7 @@ class TrialRunner:
         self.help_flags = help_flags  # what the server binary's --help lists (llama.cpp builds differ)
         self.engine_version: str | None = None  # what the last server started said it is
         self.max_num_seqs: int | None = None  # the most sequences the servers started batch, once one said
+        self.captured_widths: tuple[int, ...] = ()  # the verified widths they captured graphs for, once one said
 
     def run(
         self,
@@ -186,6 +187,7 @@ class TrialRunner:
             identity = started.identity
             self.engine_version = identity.engine_version or self.engine_version
             self._adopt_max_num_seqs(study, started.max_num_seqs)
+            self._adopt_captured_widths(study, started.captured_widths)
             records.record_boot(
                 trial, argv=tuple(started.argv), startup_s=started.startup_s, boot=started.boot, server=identity
             )
@@ -241,6 +243,14 @@ class TrialRunner:
             return
         self.max_num_seqs = max_num_seqs
         study_settings.adopt_max_num_seqs(study, max_num_seqs)
+
+    def _adopt_captured_widths(self, study: optuna.Study, widths: tuple[int, ...]) -> None:
+        """The first server that says the widths it captured graphs for sets the study's (once):
+        the search's next decision and the report pad each step to them."""
+        if not widths or self.captured_widths:
+            return
+        self.captured_widths = widths
+        study_settings.adopt_captured_widths(study, widths)
 
     def _times(self, boot_s: float, modelled: bool, measurements: Mapping[str, Measurement]) -> records.TrialTimes:
         """Where a trial's time went: booting (``boot_s``, until ready, on the server's clock) and sending
