@@ -1,9 +1,8 @@
 """The study loop: choose a configuration, claim it, run its trial, until a stop condition holds.
 
 The parts it composes: tuning/study_store.py opens or joins the study; tuning/strategy.py (the
-"model" sampler) or optuna's sampler chooses; tuning/claims.py makes sure no two workers measure
-one configuration; tuning/trial.py runs one trial. A duplicate of a measured configuration (the
-same server, tuning/space.py) reuses its figures without a start.
+"model" sampler) or optuna's sampler chooses; tuning/claims.py keeps two workers off one
+configuration; tuning/trial.py runs one trial. A duplicate of a measured one reuses its figures.
 """
 
 from __future__ import annotations
