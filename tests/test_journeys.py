@@ -165,7 +165,7 @@ def test_a_server_whose_readiness_path_is_not_found_fails_fast_and_names_the_key
     started = time.monotonic()
     result = specsweep("study", "--config", "web.toml", cwd=tmp_path)
     assert time.monotonic() - started < 120  # not the 600 s ready timeout
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1 and "measured no configuration" in result.stderr, result.stderr
     failed = [line for line in result.stdout.splitlines() if "failed:" in line]
     assert len(failed) == 1 and "/health answered HTTP 404" in failed[0], result.stdout
     assert "set server.ready_path" in failed[0] and "raise the ready timeout" not in failed[0]
@@ -260,7 +260,7 @@ def test_the_report_says_each_thing_once(two_drafter_study: Path) -> None:
     assert result.returncode == 0, result.stderr
     text = (out / "report.md").read_text()
     assert "speculation off: speculation off" not in text
-    assert "concurrency 1, speculation off: measured; no draft length to fit" in text
+    assert "Step time: one step model over" in text
     # a beta-geometric fit at its geometric limit is shown by its mean, not by alpha=4229515.9
     assert not re.search(r"alpha=\d{5,}", text) and "alpha and beta unbounded (its geometric limit)" in text, text
     figure = history_figure_data(
@@ -313,7 +313,7 @@ def test_the_console_speaks_the_glossarys_words(tmp_path: Path) -> None:
     terms = glossary_terms()
     phases = re.findall(r"^\s+next: ([a-z -]+):", result.stdout, re.MULTILINE)
     assert phases and set(phases) <= terms, (phases, result.stdout)
-    for word in ("cell", "degrees of freedom", "rig", "baseline", "tied", "speculation off", "drafter"):
+    for word in ("cell", "step model", "rig", "baseline", "tied", "speculation off", "drafter"):
         assert word in terms
     assert "vs baseline" not in result.stdout and "vs k=3 probabilistic (baseline)" in result.stdout
     report = specsweep("report", "studies/words", cwd=tmp_path)

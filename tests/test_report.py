@@ -195,8 +195,8 @@ def test_a_configuration_never_measured_is_named_as_a_rival_never_pasted() -> No
         assert plan.spec is None or plan.spec.k_for_batch_size(level) == pasted.num_speculative_tokens
         assert rec.measured and rec.choice.num_speculative_tokens in measured
         top = max(rec.candidates, key=lambda row: row.tokens_per_s)
-        if top.candidate != rec.choice:
-            assert "never measured here" in rec.reason or top.candidate.label not in rec.reason, rec.reason
+        if top.candidate != rec.choice:  # the model's favourite, never measured, is named beside the pick
+            assert top.candidate.label in rec.reason, rec.reason
     assert not plan.untested
 
 

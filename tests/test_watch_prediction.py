@@ -101,7 +101,7 @@ def test_windows_that_want_different_k_are_said_and_the_figures_carry_them(rig, 
     by_k, per_window = gain_data(report).panels
     one = truth_at(1)
     first = by_k.series[0]
-    assert first.y == pytest.approx([100 * (one[k] / one[5] - 1) for k in range(9)], abs=0.3)
+    assert first.y == pytest.approx([100 * (one[k] / one[5] - 1) for k in range(9)], abs=0.5)
     assert per_window.series[0].x == (1.0, 2.0)
 
     files = write_watch_report(report, tmp_path / "report", source="hand-made snapshots", fmt="vllm")

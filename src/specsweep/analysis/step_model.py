@@ -50,7 +50,7 @@ TAU_PRIOR = RunNoisePrior(
 )
 START_PRIOR = RunNoisePrior(relative_sd=0.05, df=2, source="no engine named: a start-to-start spread of 5%")
 GAMMA_PRIOR_SD = 0.10  # probabilistic over greedy step time: 1.00 to 1.09 on the rigs modelled so far
-RIDGE_SD = 1.0  # each part of a step is a priori within the size of a whole step: pins what the data leave free
+RIDGE_SD = 100.0  # a ridge only for numerical stability: each part a priori within a hundred whole steps
 MIN_LEVEL_SE = 0.002  # a level's own error is never taken as smaller than this
 
 

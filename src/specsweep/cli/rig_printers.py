@@ -40,7 +40,9 @@ def print_rig(out: Console, built: Rig) -> None:
     for o in built.model.observations:
         name = "speculation off" if o.candidate.off or o.drafter is None else o.drafter.label
         levels.setdefault((o.concurrency, name), []).append(f"k={o.num_speculative_tokens} {1000 * o.step_time_s:.2f}")
-    for (concurrency, name), points in sorted(levels.items()):
+    for (concurrency, name), points in sorted(
+        levels.items(), key=lambda kv: (kv[0][0], kv[0][1] != "speculation off", kv[0][1])
+    ):
         out.print(f"  concurrency {concurrency}, {name}: decode step ms {', '.join(points)}")
     out.print(f"  step model: {built.model.basis}")
 
