@@ -1,7 +1,7 @@
 """Seeded emulator studies for the benchmarks, and their regret against the emulator's truth.
 
 One place for what bench/recommendation_accuracy.py and bench/time_to_answer.py both run: a
-real study (the emulator as a process restarted per configuration and measured over HTTP) of a
+real study (the emulator as a process started once per configuration and measured over HTTP) of a
 profile's drafter over k = 1..5 with both draft methods and speculation off, both bundled
 workloads, at concurrency 1 and 4, max_tokens 600, at the profile's reference temperature; and
 the regret of each cell's recommendation and of the paste read at that cell:

@@ -4,7 +4,7 @@
         [--variation 0.15] [--drift 0.05] [--noise off,on] [--levels 1,4] [--sampler model|grid]
 
 For every profile, seed and noise setting: a real study, as a user runs it (the model-guided
-search; the emulator as a process restarted per configuration and measured over HTTP), over
+search; the emulator as a process started once per configuration and measured over HTTP), over
 speculation off and k = 1..K with both draft methods, both bundled workloads at every level.
 With the noise knob on, every emulator start draws a step-time factor (``--start-variation``,
 relative sd) and drifts slowly (``--drift``), as real servers on this machine vary from run to
@@ -110,11 +110,11 @@ def main() -> None:
                     f"{100 * max(c.snippet_regret for c in cells):>10.1f}% "
                     f"{sum(c.tied_best for c in cells):>13d}/{len(cells)}"
                 )
-            restarts = [outcome.restarts for outcome, _ in runs]
+            starts = [outcome.starts for outcome, _ in runs]
             named = sum(bool(outcome.ties) for outcome, _ in runs)
             print(
-                f"  {Path(name).stem} noise {noise}: restarts per study {statistics.median(restarts):.0f} median, "
-                f"{max(restarts)} most; studies that named tied leaders: {named}"
+                f"  {Path(name).stem} noise {noise}: starts per study {statistics.median(starts):.0f} median, "
+                f"{max(starts)} most; studies that named tied leaders: {named}"
             )
     for line in misses:  # scored picks more than 2% off: what to read in the kept studies
         print(line)

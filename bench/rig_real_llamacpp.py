@@ -1,10 +1,10 @@
-"""Zero-restart recommendations on real llama-server (Gemma 3 270M) against an exhaustive sweep.
+"""Recommendations with no start on real llama-server (Gemma 3 270M) against an exhaustive sweep.
 
     source ~/.cache/specsweep/real-engines.env
     python bench/rig_real_llamacpp.py [--k-max 5] [--requests 5] [--max-tokens 128] [--running-k 4] [--folder DIR]
 
 1. An exhaustive sweep: one real study, grid over speculation off and n-gram drafting
-   (``--spec-type ngram-simple``, lookup 3) at k = 1..K, restarting llama-server per
+   (``--spec-type ngram-simple``, lookup 3) at k = 1..K, starting llama-server once per
    configuration, both bundled workloads (prose, technical) through /v1/completions at T = 0,
    concurrency 1.
 2. Per workload W: a rig made from the sweep's levels of the *other* workload only

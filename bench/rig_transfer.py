@@ -1,15 +1,15 @@
-"""Zero-restart recommendations for a second workload from a rig, against the emulator's truth.
+"""Recommendations with no start for a second workload from a rig, against the emulator's truth.
 
     python bench/rig_transfer.py [--seeds 10] [--time-scale 100] [--requests 12] [--profiles a,b]
 
 Per bundled profile and seed:
-1. a real study on one workload (prose): the emulator as a process, restarted per
+1. a real study on one workload (prose): the emulator as a process, started once per
    configuration, grid over speculation off and k = 1..K at the profile's reference temperature
    with probabilistic drafting, concurrency 1 and 4, 600-token requests; its rig file is written
    beside it (studies/NAME/rig.json);
 2. one emulator started at the running k (the profile's "today" configuration, RUNNING_K) and
    measured once on the second workload (technical) with ``measure --rig``'s code path: no
-   restart;
+   start;
 3. the recommended k per concurrency level, against the true best k of the technical class
    (emulator.model.compute_truth, closed-loop output tok/s of the same request shape), and what
    a miss costs in truth.
@@ -128,7 +128,7 @@ def main() -> None:
     started = time.monotonic()
     scale = args.time_scale or "per profile"
     print(f"rig from a {RIG_WORKLOAD} study (grid off, k=1..K, {args.requests} x 600 tokens per level, time scale "
-          f"{scale}); {NEW_WORKLOAD} measured once at the running k, no restart", flush=True)  # fmt: skip
+          f"{scale}); {NEW_WORKLOAD} measured once at the running k, no start", flush=True)  # fmt: skip
     rows_out = []
     worst = 1.0
     asked = args.time_scale

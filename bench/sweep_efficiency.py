@@ -1,4 +1,4 @@
-"""Restarts to the optimum: specsweep's model-guided search against optuna's GridSampler and TPESampler.
+"""Starts to the optimum: specsweep's model-guided search against optuna's GridSampler and TPESampler.
 
     python bench/sweep_efficiency.py [--seeds 10] [--noise 0.02] [--requests 32] [--profiles NAME,...]
 
@@ -15,24 +15,24 @@ the configuration with the highest true closed-loop output tok/s at the objectiv
 
 Simulated trial (so the whole table runs in a few minutes on 2 cores; the real emulator is
 exercised by tests/test_search.py and the `specsweep study` run in docs/search.md): each
-restart's measured rate at each level is the truth times lognormal noise of relative sd
+start's measured rate at each level is the truth times lognormal noise of relative sd
 ``--noise`` (default 2%), and its acceptance counters are drawn from the true curve, one
 binomial per position (n_i ~ Binomial(n_(i-1), p_i)) from n_0 = requests * max_tokens / E(k)
 drafts per level. The trial's user attributes have the same shape as a real study's, and a
-configuration giving the same server as a measured one is reused without a restart, as in
+configuration giving the same server as a measured one is reused without a start, as in
 ``specsweep study``.
 
-Reach, precisely. A strategy's pick after r restarts is the configuration it would recommend:
+Reach, precisely. A strategy's pick after r starts is the configuration it would recommend:
 the feasible measured configuration with the highest measured objective.
 - Grid search names its best after it has run every configuration (that is how grid search
   and ``vllm bench sweep serve`` are used: nothing tells them to stop earlier), so its
-  restarts are the grid's size. The last line is the median over runs of full grid /
+  starts are the grid's size. The last line is the median over runs of full grid /
   specsweep.
 - Also shown, for optuna's GridSampler (random order) and TPESampler, "hindsight": the smallest
-  r such that the pick after r and after every later restart of the full run (the whole grid;
+  r such that the pick after r and after every later start of the full run (the whole grid;
   TPE until every configuration was measured or 4x the grid's size of trials) is within 2% of
   the true optimum, as if an oracle stopped them at the right moment. It flatters them.
-- For specsweep the count is the restarts until its own stopping rule ends the search, and
+- For specsweep the count is the starts until its own stopping rule ends the search, and
   its final pick must be within 2%; a run that stops on a worse pick is a miss and is charged
   the grid's full size.
 """
@@ -143,7 +143,7 @@ def build_case(profile: Profile, workload: str, concurrency: int) -> Case:
 def simulate(
     case: Case, key: str, rng: np.random.Generator, *, noise: float, requests: int
 ) -> dict[str, dict[int, LevelFigures]]:
-    """One restart's ``results`` attribute: noisy rates and binomially drawn acceptance counters."""
+    """One start's ``results`` attribute: noisy rates and binomially drawn acceptance counters."""
     curve = case.curve[key]
     levels = {}
     for level in case.levels:
@@ -195,7 +195,7 @@ def start_times(case: Case, results: dict[str, dict[int, LevelFigures]]) -> Tria
 
 
 def run_specsweep(case: Case, seed: int, args) -> tuple[int, list[str]]:
-    """Restarts until specsweep's stopping rule fires, and its pick after each restart."""
+    """Starts until specsweep's stopping rule fires, and its pick after each start."""
     rng = np.random.default_rng(seed)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=seed))
     grid = case.space.grid()
@@ -206,12 +206,14 @@ def run_specsweep(case: Case, seed: int, args) -> tuple[int, list[str]]:
         k_range=(1, K_MAX),
         baseline_key=None,
         noise_prior=USUAL_RUN_NOISE,
+        # what the emulator serving this profile says it captured graphs for (its /version)
+        captured_widths=case.profile.timing.captured_widths,
     )
     picks: list[str] = []
     while True:
         decision = decide_next(read_trials(study), case.space, settings)
         pick = (decision.picks or {}).get((case.workload, case.concurrency))
-        if pick is not None:  # what the study would paste now, from the restarts so far
+        if pick is not None:  # what the study would paste now, from the starts so far
             picks[-1:] = [key_of(case, pick)]
         if decision.params is None:
             break
@@ -282,7 +284,7 @@ def run_tpe(case: Case, seed: int, args) -> tuple[int | None, int]:
         trial = study.ask()
         params = {name: trial.suggest_categorical(name, values) for name, values in grid.items()}
         key = config_key(case.space.config_from_params(params))
-        if key in measured:  # the same server: reused, no restart
+        if key in measured:  # the same server: reused, no start
             study.tell(trial, measured[key])
             continue
         measured.setdefault(key, []).append(measure_into(study, trial, case, key, rng, args))
@@ -299,9 +301,9 @@ def describe(key: str | None) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Run:
-    specsweep: int  # restarts until its own stop (the full grid when its pick missed)
+    specsweep: int  # starts until its own stop (the full grid when its pick missed)
     missed: bool
-    specsweep_hindsight: int  # restarts until its pick was within 2% and stayed so
+    specsweep_hindsight: int  # starts until its pick was within 2% and stayed so
     grid: int  # hindsight reach of GridSampler (its full size when never)
     tpe: int
     seed: int = 0
@@ -309,12 +311,12 @@ class Run:
 
 
 def run_case(case: Case, seed: int, args) -> Run:
-    restarts, picks = run_specsweep(case, seed, args)
+    starts, picks = run_specsweep(case, seed, args)
     missed = not picks or not case.good(picks[-1])
     g_reach, g_size = run_grid(case, seed, args)
     t_reach, t_total = run_tpe(case, seed, args)
     return Run(
-        specsweep=len(case.params) if missed else restarts,
+        specsweep=len(case.params) if missed else starts,
         missed=missed,
         specsweep_hindsight=oracle_reach(case, picks) or len(case.params),
         grid=g_reach if g_reach is not None else g_size,
@@ -379,7 +381,7 @@ def main() -> None:
     all_runs = [r for _, r in runs]
     per_method = [r.specsweep / len(c.space.draft_sample_methods) for c, r in runs]
     print(
-        f"{len(all_runs)} runs: specsweep median {statistics.median(r.specsweep for r in all_runs):.1f} restarts "
+        f"{len(all_runs)} runs: specsweep median {statistics.median(r.specsweep for r in all_runs):.1f} starts "
         f"to its own stop ({statistics.median(per_method):.1f} per draft method; "
         f"{sum(r.missed for r in all_runs)} stopped on a pick more than 2% off and are charged the full grid), "
         f"{statistics.median(r.specsweep_hindsight for r in all_runs):.1f} in hindsight"
@@ -392,7 +394,7 @@ def main() -> None:
         f"{time.monotonic() - started:.0f} s"
     )
     print(f"GridSampler in hindsight/specsweep: {statistics.median(r.grid / r.specsweep for r in all_runs):.2f}")
-    print(f"grid/specsweep restart ratio: {statistics.median(len(c.params) / r.specsweep for c, r in runs):.2f}")
+    print(f"grid/specsweep start ratio: {statistics.median(len(c.params) / r.specsweep for c, r in runs):.2f}")
 
 
 if __name__ == "__main__":

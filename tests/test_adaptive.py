@@ -64,7 +64,7 @@ def test_an_adaptive_study_measures_a_clear_loser_less_and_reports_its_time(tmp_
     at_one = next(r for b, r, _ in measured[loser] if b == 1)
     assert at_one < 12 and any(why == "cannot win" for _, _, why in measured[loser]), measured[loser]
     spent = outcome.time
-    assert spent.starts == outcome.restarts == len(measured) and spent.modelled
+    assert spent.starts == outcome.starts == len(measured) and spent.modelled
     assert spent.boot_s == 20 * spent.starts  # the emulator's modelled startup, per start
     assert spent.measure_s > 0 and spent.grid_s > spent.measure_s + spent.boot_s  # the grid at 12 costs more
 

@@ -37,7 +37,7 @@ def test_simple_endpoints(start_emulator) -> None:
         # vLLM's {"version"}, plus what the emulator emulates (a rig file tells it apart by this)
         assert http.get("/version").json() == {
             "version": "0.33.0",
-            "emulator": {"profile": "dgx-spark-v4-flash", "time_scale": 50.0},
+            "emulator": {"profile": "dgx-spark-v4-flash", "time_scale": 50.0, "startup_s": 0.0, "max_num_seqs": 4},
         }
         models = http.get("/v1/models").json()
         assert models["data"][0]["id"] == DEFAULT_MODEL

@@ -23,7 +23,7 @@ from .builders import emulator_study
 NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "study-analysis.ipynb"
 KERNEL = "specsweep-notebook-test"
 
-# Four restarts of a fast emulator (no startup wait, time scale 200), two levels so the
+# Four starts of a fast emulator (no startup wait, time scale 200), two levels so the
 # notebook has a step-time line and a recommendation per concurrency: about 20 s.
 STUDY = emulator_study(
     "notebook", seed=5151, k=(1, 3), workloads={"technical": 1.0}, concurrency=(1, 2), requests=3, max_tokens=100,

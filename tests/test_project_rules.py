@@ -34,6 +34,22 @@ def test_layer_contracts_hold() -> None:
     assert "broken" not in result.stdout.split("Contracts:")[-1].replace("0 broken", "")
 
 
+def test_only_runtime_and_cli_ask_whether_the_server_is_the_emulator() -> None:
+    """What a study counts of a start (its boot, clock, max_num_seqs) comes from the server runtime/
+    started; cli/ checks the emulator's profile up front. server_config.py validates the study file's
+    [server] keys."""
+    package = ROOT / "src" / "specsweep"
+    allowed = {package / "runtime", package / "cli"}
+    asking = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        if not any(folder in path.parents for folder in allowed) and path != package / "server_config.py"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"""\bmode [!=]= ["']emulator["']""", line)
+    ]
+    assert asking == []
+
+
 def test_ruff_is_clean() -> None:
     result = run(sys.executable, "-m", "ruff", "check", ".")
     assert result.returncode == 0, result.stdout[-3000:]

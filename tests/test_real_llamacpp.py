@@ -140,7 +140,7 @@ def _llama_study(real_engines, tmp_path: Path, name: str, search: dict, measure:
     return complete, [t.user_attrs.get("fail_reason") for t in trials]
 
 
-# Five and three restarts with the draft model: about three and one minutes on an idle 2-core machine.
+# Five and three starts with the draft model: about three and one minutes on an idle 2-core machine.
 @pytest.mark.timeout(900)
 def test_study_sweeps_draft_length_and_draft_sampling_on_real_llama_server(
     real_engines, short_prompts: Path, tmp_path: Path

@@ -30,7 +30,7 @@ def llama_study(name: str, start, k_range: list[int]) -> dict:
             "stop_grace_s": 10, "start": start,
         },
         "search": {"num_speculative_tokens": k_range, "fixed": NGRAM},
-        "workloads": {"prose": 1.0},  # one workload: each restart of a real server costs CI time
+        "workloads": {"prose": 1.0},  # one workload: each start of a real server costs CI time
         "measure": {"concurrency": [1], "requests": 3, "warmup": 1, "max_tokens": 64, "temperature": 0.0},
     }  # fmt: skip
 

@@ -117,7 +117,8 @@ def test_recommendation_is_the_true_best_per_concurrency(workload: str) -> None:
 
 
 def test_sparse_measurements_still_land_near_the_optimum() -> None:
-    """Off, k = 1, 3, 5 measured: the model fills in k = 2 and 4, and its pick is within 2% of the best."""
+    """Off, k = 1, 3, 5 measured: the model fills in k = 2 and 4, its highest prediction is within 2%
+    of the best, and the pick (of what was measured) is the best measured one within 2%."""
     configs = simulated_configs("technical", (1, 3, 5), ("probabilistic",), seed=3)
     analysis = analyze_study(
         configs, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=5
@@ -125,10 +126,11 @@ def test_sparse_measurements_still_land_near_the_optimum() -> None:
     profile = load_profile()
     for level in LEVELS:
         rec = analysis.recommendation("technical", level)
-        k = rec.choice.num_speculative_tokens
         rates = {j: compute_truth(profile, spec(j, "probabilistic") if j else None, TEMPERATURE, [level])["technical"]
                  .levels[0].output_tokens_per_s for j in range(0, 6)}  # fmt: skip
-        assert rates[k] >= 0.98 * max(rates.values()), (level, k, rates)
+        top = max(rec.candidates, key=lambda row: row.tokens_per_s).candidate.num_speculative_tokens
+        assert rates[top] >= 0.98 * max(rates.values()), (level, top, rates)
+        assert rec.measured and rates[rec.choice.num_speculative_tokens] >= 0.98 * max(rates[j] for j in (0, 1, 3, 5))
 
 
 def test_draft_lengths_the_engine_runs_as_speculation_off_are_not_drawn_as_points_of_their_own() -> None:
@@ -146,8 +148,9 @@ def test_draft_lengths_the_engine_runs_as_speculation_off_are_not_drawn_as_point
         (panel, *_) = throughput_figure_data(analysis, "technical").panels
         (band,) = [s for s in panel.series if s.style == "band"]
         assert band.x == tuple(float(k) for k in drawn)
-    for level in LEVELS:  # left free, the model picks k = 2 at one stream and k = 1 at four
-        assert free.recommendation("technical", level).choice in idle
+    # left free, the pick at four streams is k = 1 (measured, and the truth's best there)
+    assert free.recommendation("technical", 4).choice in idle
+    for level in LEVELS:
         assert held.recommendation("technical", level).choice not in idle
 
 
@@ -176,9 +179,9 @@ def test_the_table_ends_at_the_servers_max_num_seqs() -> None:
     assert "largest vLLM default" in snippet_heading(unknown) and "up to batch 6" in snippet_heading(bounded)
 
 
-def test_a_recommendation_never_measured_is_shown_not_pasted() -> None:
-    """Sparse measurements: where the model's pick was never run, the paste runs the best measured
-    configuration there and says which untested one the model prefers."""
+def test_a_configuration_never_measured_is_named_as_a_rival_never_pasted() -> None:
+    """Sparse measurements: the pick (and so the paste) is measured; where the model predicts an
+    unmeasured configuration faster, the reason names it as never measured here."""
     configs = simulated_configs("technical", (3, 5), ("probabilistic",), seed=3)
     analysis = analyze_study(
         configs, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=5
@@ -190,10 +193,11 @@ def test_a_recommendation_never_measured_is_shown_not_pasted() -> None:
         pasted = plan.choice_by_concurrency[level]
         assert pasted.num_speculative_tokens in measured
         assert plan.spec is None or plan.spec.k_for_batch_size(level) == pasted.num_speculative_tokens
-        if rec.choice.num_speculative_tokens not in measured:
-            assert not rec.measured
-            assert any(f"at concurrency {level} the model predicts {rec.choice.label}" in u for u in plan.untested)
-    assert plan.untested  # the default profile's best k (2 alone, 1 at four streams) was never measured
+        assert rec.measured and rec.choice.num_speculative_tokens in measured
+        top = max(rec.candidates, key=lambda row: row.tokens_per_s)
+        if top.candidate != rec.choice:
+            assert "never measured here" in rec.reason or top.candidate.label not in rec.reason, rec.reason
+    assert not plan.untested
 
 
 def test_one_paste_runs_one_drafter_and_says_what_another_level_gives_up() -> None:
@@ -363,11 +367,11 @@ def test_drafters_without_per_position_counters_get_the_aggregate_fit(tmp_path) 
     assert (tmp_path / "r" / "figures" / "acceptance-technical.png").is_file()
 
 
-def test_a_drafter_whose_steps_misfit_a_line_is_ranked_on_what_it_measured() -> None:
-    """The probabilistic drafter's step times shaped by captured batch sizes (k = 2 and 4 steps 12%
-    slower, k = 3 8% faster than a line): its line misfits at 1% noise, the analysis says so, each
-    measured configuration is predicted at the rate it measured, and the recommendation is the one
-    measured fastest."""
+def test_steps_the_model_has_no_part_for_lean_on_what_they_measured() -> None:
+    """The probabilistic drafter's step times shaped by captured batch sizes the study was not told
+    of (k = 2 and 4 steps 12% slower, k = 3 8% faster than its parts say) at 1% noise: the step
+    model's deviations carry them, so each measured configuration is predicted within 3% of the
+    rate it measured, and the recommendation is the one measured fastest."""
     configs = simulated_configs("technical", range(1, 6), ("probabilistic",), noise=0.0)
     shape = {2: 1 / 1.12, 3: 1.08, 4: 1 / 1.12}
     shaped = []
@@ -383,55 +387,42 @@ def test_a_drafter_whose_steps_misfit_a_line_is_ranked_on_what_it_measured() -> 
     analysis = analyze_study(
         shaped, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=5, noise_prior=prior
     )  # fmt: skip
-    fit = analysis.models["technical"].fit_for(1, Drafter(method="dspark", draft_sample_method="probabilistic"))
-    assert fit.misfit and "misfit" in fit.basis
-    assert any("technical: at concurrency 1, dspark (probabilistic)'s measured step times are off a line" in n
-               for n in analysis.notes)  # fmt: skip
+    assert analysis.models["technical"].posterior.cell_sd > 0.02  # the parts alone miss the steps
     rec = analysis.recommendation("technical", 1)
     measured = {row.candidate: row.measured_tokens_per_s for row in rec.candidates if row.measured_tokens_per_s}
     for row in rec.candidates:
         if row.measured_tokens_per_s and not row.candidate.off:
-            assert row.misfit and row.tokens_per_s == pytest.approx(row.measured_tokens_per_s)
+            assert row.tokens_per_s == pytest.approx(row.measured_tokens_per_s, rel=0.03)
     assert rec.choice == max(measured, key=measured.__getitem__)
 
 
-def test_between_tied_leaders_where_the_model_misfits_the_paste_runs_the_one_measured_fastest() -> None:
-    """The model ranks k=4 first, tied with k=3, on a drafter whose line misfits; k=3 measured faster:
-    the paste runs k=3 and says why. Where the line fits, the model's pick stands."""
+def test_the_paste_runs_the_recommendation_even_where_a_tied_leader_measured_faster() -> None:
+    """One rule picks: the paste runs the recommendation (k=4), tied with k=3, though k=3's one start
+    measured faster; it never chooses again on measured rates."""
     prob = Drafter(method="dspark", draft_sample_method="probabilistic")
     k3, k4 = (Candidate(drafter=prob, num_speculative_tokens=k) for k in (3, 4))
-
-    def rec(misfit: bool) -> Recommendation:
-        rows = tuple(
-            CandidateRate(
-                candidate=c, tokens_per_s=predicted, tokens_per_s_low=predicted * 0.95,
-                tokens_per_s_high=predicted * 1.05, shortfall_tokens_per_s=0.0, shortfall_low_tokens_per_s=-1.0,
-                shortfall_high_tokens_per_s=1.0, step_time_source="measured", measured_tokens_per_s=measured,
-                misfit=misfit,
-            )
-            for c, predicted, measured in ((k4, 60.0, 58.2), (k3, 59.8, 64.1), (OFF, 55.0, 55.0))
-        )  # fmt: skip
-        return Recommendation(
-            workload="w", concurrency=1, choice=k4, speculation_off=False, tokens_per_s=60.0, tokens_per_s_low=57.0,
-            tokens_per_s_high=63.0, measured_tokens_per_s=58.2, tied=(k3,), measured=True, gain_over_off=None,
-            gain_over_baseline=None, reason="", candidates=rows, confidence=0.95, draws=1, seed=0,
-        )  # fmt: skip
-
-    templates = {prob: spec(4, "probabilistic")}
-    plan = plan_snippet("w", [rec(misfit=True)], templates, max_num_seqs=4)
-    assert plan.choice_by_concurrency == {1: k3} and plan.spec.num_speculative_tokens == 3
-    (note,) = plan.measured_over_model
-    assert "the measurements favour k=3 dspark (probabilistic) (64.1 against 58.2 tok/s measured)" in note
-    assert note in plan.notes
-    fitting = plan_snippet("w", [rec(misfit=False)], templates, max_num_seqs=4)
-    assert fitting.choice_by_concurrency == {1: k4} and not fitting.measured_over_model
+    rows = tuple(
+        CandidateRate(
+            candidate=c, tokens_per_s=predicted, tokens_per_s_low=predicted * 0.95,
+            tokens_per_s_high=predicted * 1.05, shortfall_tokens_per_s=0.0, shortfall_low_tokens_per_s=-1.0,
+            shortfall_high_tokens_per_s=1.0, step_time_source="measured", measured_tokens_per_s=measured,
+        )
+        for c, predicted, measured in ((k4, 60.0, 58.2), (k3, 59.8, 64.1), (OFF, 55.0, 55.0))
+    )  # fmt: skip
+    rec = Recommendation(
+        workload="w", concurrency=1, choice=k4, speculation_off=False, tokens_per_s=60.0, tokens_per_s_low=57.0,
+        tokens_per_s_high=63.0, measured_tokens_per_s=58.2, tied=(k3,), measured=True, gain_over_off=None,
+        gain_over_baseline=None, reason="", candidates=rows, confidence=0.95, draws=1, seed=0,
+    )  # fmt: skip
+    plan = plan_snippet("w", [rec], {prob: spec(4, "probabilistic")}, max_num_seqs=4)
+    assert plan.choice_by_concurrency == {1: k4} and plan.spec.num_speculative_tokens == 4 and not plan.notes
 
 
-def test_a_lone_unlucky_start_is_said_and_its_configuration_stays_in_the_running() -> None:
+def test_one_slow_start_is_the_starts_and_its_configuration_stays_in_the_running() -> None:
     """The one start of the true best at one stream (technical, k = 2 probabilistic) ran 30% slow
-    at every level, as a server start can: its step time alone is off the line through k = 1, 3,
-    4 and 5. The analysis says so in a note naming it a lone start, and the recommendation keeps
-    it in the running (chosen or tied) instead of ranking it on its one slow start."""
+    at every level, as a server start can. Both its levels moved together, which the step model
+    reads as that start's effect: the recommendation keeps k = 2 in the running (chosen or tied)
+    instead of ranking it on its one slow start."""
     configs = simulated_configs("technical", range(1, 6), ("probabilistic",))
     slow = next(c for c in configs if c.spec is not None and c.spec.num_speculative_tokens == 2)
     slowed = {
@@ -443,8 +434,6 @@ def test_a_lone_unlucky_start_is_said_and_its_configuration_stays_in_the_running
     prior = RunNoisePrior(relative_sd=0.02, df=2, source="assumed")
     analysis = analyze_study(configs, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1,
                              k_max=5, noise_prior=prior)  # fmt: skip
-    lone = [n for n in analysis.notes if "lone start" in n]
-    assert lone and all("k=2" in n for n in lone), analysis.notes
     truth, _ = true_best("technical", range(1, 6), ("probabilistic",))
     assert truth[1] == (2, "probabilistic")
     rec = analysis.recommendation("technical", 1)

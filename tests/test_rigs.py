@@ -77,10 +77,11 @@ def test_rig_file_round_trips_and_refits_the_same_model() -> None:
     data = json.loads(json.dumps(rig_to_dict(rig)))
     assert data["schema"] == "specsweep-rig" and data["schema_version"] == RIG_SCHEMA_VERSION
     assert data["identity"]["engine_version"] == "0.33.0"
-    assert {f["concurrency"] for f in data["step_time"]["fits"]} == {1, 4}
+    assert set(data["step_time"]) == {"pooled_relative_sd", "start_sd", "cell_sd", "basis"}
+    assert data["step_time"]["basis"].startswith("one step model over")
     again = rig_from_dict(data)
     assert again.identity == rig.identity and again.shape == rig.shape and again.levels == rig.levels
-    assert again.model.fits == rig.model.fits
+    assert again.model == rig.model and again.model.basis == rig.model.basis
     assert again.drafters == (DRAFTER,) and again.draft_lengths(DRAFTER) == (1, 2, 3, 4, 5)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -12,17 +13,21 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import optuna
 import pytest
 
 from specsweep.config import parse_study_config
+from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.engines.vllm import parse_speculative_config
 from specsweep.errors import ConfigError
-from specsweep.runtime.trial_server import placeholder_values, render_command
+from specsweep.runtime.identity import ServerIdentity, read_identity
+from specsweep.runtime.trial_server import StartedServer, placeholder_values, render_command, template_argv
 from specsweep.tuning.events import Note
 from specsweep.tuning.records import is_repeat
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
+from specsweep.types import BootFacts
 
 from .builders import emulator_study, specsweep, write_study
 from .conftest import print_truth
@@ -108,21 +113,21 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
         words = pasted.stdout.split()
         assert int(words[words.index(flag) + 1]) in (best[1][0], best[4][0])
     assert (folder / "study.db").is_file()
-    restarts = int(re.search(r"\((\d+) server starts this run\)", out).group(1))
-    assert restarts <= 7  # the grid has 11 configurations
-    assert len(re.findall(r"next: worth it: .+: expected to buy [\d.]+ tok/s", out)) == restarts - 3  # off, 2 largest k
+    starts = int(re.search(r"\((\d+) server starts this run\)", out).group(1))
+    assert starts <= 7  # the grid has 11 configurations
+    assert len(re.findall(r"next: worth it: .+: expected to buy [\d.]+ tok/s", out)) == starts - 3  # off, 2 largest k
     # what is left, before every start: never more than the grid's 11; once values exist, how many
     # starts are expected and the time they leave
     caps = [int(c) for c in re.findall(r"start \d+ of at most (\d+)[;,]", out)]
-    assert caps == [11] * restarts, out
+    assert caps == [11] * starts, out
     assert "start 1 of at most 11; time left: known once a start is timed" in out
     assert re.search(r"start 2 of at most 11; a start takes about [\d.]+ min \(modelled\)", out), out
     expected = [
         int(e) for e in re.findall(r"start \d+ of at most 11, about (\d+) expected; about [\d.]+ min left", out)
     ]
-    assert len(expected) == restarts - 3 and all(restarts - 3 <= e <= 11 for e in expected), out
-    assert len(re.findall(r"\(boot 4\.0 min, measuring ", out)) == restarts  # the profile's 240 s boot, as it was
-    assert len(list((folder / "trials").glob("trial-*.json"))) == restarts
+    assert len(expected) == starts - 3 and all(starts - 3 <= e <= 11 for e in expected), out
+    assert len(re.findall(r"\(boot 4\.0 min, measuring ", out)) == starts  # the profile's 240 s boot, as it was
+    assert len(list((folder / "trials").glob("trial-*.json"))) == starts
     assert emulator_processes("--time-scale 100.0", cwd=tmp_path) == []
     # Running the README's command again continues the stored study: no restart, same answer.
     again = specsweep("study", "--workload", "technical", cwd=tmp_path)
@@ -151,8 +156,53 @@ def test_boot_failures_fail_the_trial_and_the_study_goes_on(tmp_path: Path) -> N
     # off and the largest k that boots (3) once each (temperature 0: one draft method, no restart spent
     # on both); measured again only where the search asked to separate leaders
     assert len(first) == len(set(first)) and {"off", '{"method":"dspark","num_speculative_tokens":3}'} <= set(first)
-    assert outcome.restarts == len(complete) + len(failed)
+    assert outcome.starts == len(complete) + len(failed)
+    # what the study counts of its starts is what the started emulator said: its boot (0 s modelled,
+    # --startup-seconds 0), its clock, the most sequences it batches (the default profile's)
+    times = [t.user_attrs["times"] for t in complete if "reused_from" not in t.user_attrs]
+    assert times and all(t["boot_s"] == 0.0 and t["modelled"] for t in times)
+    assert failed[0].user_attrs["times"]["modelled"]  # a failed start is timed on the emulator's clock too
+    assert outcome.study.user_attrs["max_num_seqs"] == load_profile(DEFAULT_PROFILE).max_num_seqs
     assert emulator_processes("--seed 4242") == []
+
+
+def test_a_started_server_carries_what_it_says_of_its_boot_clock_and_batch(tmp_path: Path) -> None:
+    """The emulator's /version gives its modelled boot and max_num_seqs; any other server's boot is
+    the wall clock until ready, and its max_num_seqs its command's flag."""
+
+    def emulator(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/version":
+            block = {"profile": "p", "time_scale": 50.0, "startup_s": 240.0, "max_num_seqs": 4}
+            return httpx.Response(200, json={"version": "0.33.0", "emulator": block})
+        return httpx.Response(200, json={"data": [{"id": "m"}]})
+
+    def vllm(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"version": "0.33.0"} if request.url.path == "/version" else {"data": []})
+
+    def identity(handler, engine: str) -> ServerIdentity:
+        async def read() -> ServerIdentity:
+            async with httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://x") as http:
+                return await read_identity(http, engine)
+
+        return asyncio.run(read())
+
+    def started(said: ServerIdentity, flagged: int | None) -> StartedServer:
+        return StartedServer(
+            url="http://x", argv=(), startup_s=4.9, boot=BootFacts(), log_path=tmp_path / "log", identity=said,
+            max_num_seqs=said.max_num_seqs or flagged,
+        )  # fmt: skip
+
+    on_emulator = started(identity(emulator, "emulator"), None)
+    assert (on_emulator.boot_s, on_emulator.clock.time_scale, on_emulator.max_num_seqs) == (240.0, 50.0, 4)
+    assert on_emulator.modelled
+    real = started(identity(vllm, "vllm"), 8)
+    assert (real.boot_s, real.clock.time_scale, real.max_num_seqs, real.modelled) == (4.9, 1.0, 8, False)
+    # a server stored by a version that did not keep these reads as one that said nothing
+    assert ServerIdentity.from_stored({"engine": "vllm", "time_scale": 1.0}).boot_s is None
+    server = {"engine": "vllm", "start": ["vllm", "serve", "m", "--max-num-seqs", "8", "--port", "{port}"]}
+    assert template_argv(parse_study_config(emulator_study("t", seed=1) | {"server": server}).server)[-3:] == [
+        "8", "--port", "0",
+    ]  # fmt: skip
 
 
 def test_consecutive_failures_stop_the_study(tmp_path: Path) -> None:

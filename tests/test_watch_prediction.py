@@ -57,7 +57,8 @@ def test_predicted_rate_of_every_k_is_the_truth(rig, streams: int, best: int | N
     predicted = single_rates(rec)
     assert sorted(predicted) == list(range(9))  # off, the measured k's and the extrapolated ones
     for k, rate in predicted.items():
-        assert rate == pytest.approx(truth[k], rel=0.002), (streams, k)
+        # exact levels: the step model's pull of each configuration toward its parts costs up to 0.5%
+        assert rate == pytest.approx(truth[k], rel=0.005), (streams, k)
     # the choice runs no k past the five measured; the gain is over the running k=5
     measured_best = max(range(6), key=truth.__getitem__)
     assert rec.choice.k_by_batch == {streams: measured_best}
@@ -76,10 +77,10 @@ def test_a_concurrency_mix_weighs_each_batch_size_by_its_time(rig) -> None:
     rec = report.windows[0].recommendation
     one, four = truth_at(1), truth_at(4)
     for k, rate in single_rates(rec).items():
-        assert rate == pytest.approx(0.4 * one[k] + 0.4 * four[k], rel=0.002), k
+        assert rate == pytest.approx(0.4 * one[k] + 0.4 * four[k], rel=0.005), k
     # each batch size its own k where the data tell them apart: k=2 alone, k=1 at four
     assert rec.choice.k_by_batch == {1: 2, 4: 1}
-    assert rec.choice.tokens_per_s == pytest.approx(0.4 * one[2] + 0.4 * four[1], rel=0.002)
+    assert rec.choice.tokens_per_s == pytest.approx(0.4 * one[2] + 0.4 * four[1], rel=0.005)
     spec_json = json.loads(report.windows[0].spec.to_json())
     # split at the geometric midpoint of 1 and 4 (the study's rule), up to vLLM's largest batch
     assert spec_json["num_speculative_tokens_per_batch_size"] == [[1, 2, 2], [3, 1024, 1]]

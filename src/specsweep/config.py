@@ -103,7 +103,7 @@ class StudyConfig:
     max_consecutive_failures: int = 3
     heartbeat_s: int = 20  # on a shared database: seconds between a worker's heartbeats
     # Differences under this share of a rate do not matter: such leaders are "either is fine" and
-    # never separated by restarts, and an hour of server starts is worth one tolerance of rate.
+    # never separated by starts, and an hour of server starts is worth one tolerance of rate.
     tolerance: float = 0.01
     server: ServerConfig = field(default_factory=ServerConfig)
     search: SearchSpace = field(default_factory=SearchSpace)

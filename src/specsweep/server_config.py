@@ -37,7 +37,7 @@ class EmulatorServer:
     extra_args: tuple[str, ...] = ()
 
     # The README's first study: 100 times faster than the hardware, so the profile's four-minute
-    # restart takes 2.4 s of wall clock and the study about a minute on 2 cores.
+    # start takes 2.4 s of wall clock and the study about a minute on 2 cores.
     DEMO_TIME_SCALE: ClassVar[float] = 100.0
 
     @classmethod

@@ -275,12 +275,14 @@ class StudySettings:
     engine: str = "vllm"
     temperature: float | None = None
     config_source: str | None = None
-    max_num_seqs: int | None = None  # the server's, when its flags or profile say (bounds a per-batch-size table)
+    max_num_seqs: int | None = None  # the server's, as it said or its --max-num-seqs (bounds a per-batch-size table)
     tolerance: float = 0.01  # differences between configurations under this share of a rate do not matter
     noise_prior: RunNoisePrior | None = None  # the engine's (engines/registry.py), not stored
     engine_version: str | None = None  # what the measured server said of itself (its vocabulary)
     engine_flags: frozenset[str] | None = None  # the flag names the server binary's --help listed (llama.cpp)
     max_itl_p99_s: float | None = None  # a latency target the recommendation keeps to (analysis/latency.py)
+    # the verified widths the server captured graphs for, as it said (empty: not known; steps unpadded)
+    captured_widths: tuple[int, ...] = ()
 
     @property
     def workloads(self) -> tuple[str, ...]:

@@ -55,6 +55,8 @@ def sample_rates(
     are the one step model's joint draws, so differences between candidates are paired.
     ``workload`` is accepted for the callers that name it; the model is the same for every workload."""
     del workload
+    if concurrency not in model.concurrency_levels:
+        raise FitError(f"nothing was measured at concurrency {concurrency}; measure it first.")
     rng = np.random.default_rng(seed)
     drafters = sorted(acceptance)
     arrays = {d: _acceptance_arrays(acceptance[d], draws=draws, seed=int(rng.integers(2**31))) for d in drafters}

@@ -26,6 +26,7 @@ from specsweep.analysis.fits import band
 from specsweep.analysis.latency import LatencyLimit
 from specsweep.analysis.rates import AcceptanceInput, RateSample, sample_rates
 from specsweep.analysis.throughput import ThroughputModel
+from specsweep.analysis.value import pick
 from specsweep.errors import FitError
 from specsweep.types import BatchSizeRange
 
@@ -113,7 +114,15 @@ def recommend_draft_length(
     kept = [j for j in runnable if limit is None or limit.allows(sample.candidates[j])]
     unmet = limit is not None and not kept
     kept = kept or runnable
-    chosen = max(kept, key=lambda j: sample.tokens_per_s[j])
+    # The one rule (analysis/value.py): the measured configuration with the least expected loss;
+    # nothing measured here (a rig's model, another workload), the highest prediction.
+    measured_here = [j for j in kept if model.measured_tokens_per_s(
+        sample.candidates[j], concurrency=concurrency, workload=workload) is not None] if workload else []  # fmt: skip
+    if measured_here:
+        chosen, _ = pick(sample.draws[:, kept], [kept.index(j) for j in measured_here], tolerance)
+        chosen = kept[chosen]
+    else:
+        chosen = max(kept, key=lambda j: sample.tokens_per_s[j])
     shortfall = sample.draws[:, chosen : chosen + 1] - sample.draws
     shortfall_point = sample.tokens_per_s[chosen] - sample.tokens_per_s
     short_low, short_high = band(shortfall, shortfall_point, confidence)
@@ -185,12 +194,18 @@ def _reason(
     kept: list[int] | None = None,
 ) -> str:
     top, rate = sample.candidates[chosen], sample.tokens_per_s
-    text = f"{top.label} has the highest predicted rate ({rate[chosen]:.1f} tok/s)"
     others = [j for j in (kept if kept is not None else range(len(rate))) if j != chosen]
+    ahead = [j for j in others if rate[j] > rate[chosen]]
+    if ahead:
+        text = f"{top.label} has the least expected loss of the measured configurations ({rate[chosen]:.1f} tok/s)"
+    else:
+        text = f"{top.label} has the highest predicted rate ({rate[chosen]:.1f} tok/s)"
     if others:
-        runner = min(others, key=lambda j: rate[chosen] - rate[j])
+        runner = min(others, key=lambda j: abs(rate[chosen] - rate[j]))
+        gap = rate[chosen] - rate[runner]
         text += (
-            f"; next is {sample.candidates[runner].label}, {rate[chosen] - rate[runner]:.2f} tok/s slower "
+            f"; next is {sample.candidates[runner].label}, {abs(gap):.2f} tok/s {'slower' if gap >= 0 else 'faster'}"
+            f"{'' if gap >= 0 else ' predicted, never measured here'} "
             f"({confidence:.0%} interval {low[runner]:.2f} to {high[runner]:.2f})"
         )
     if fine:

@@ -68,13 +68,19 @@ def model_workload(
     draws: int = 400,
     seed: int = 0,
     noise_prior: RunNoisePrior | None = None,
+    captured_widths: Sequence[int] = (),
 ) -> WorkloadModel:
     """The acceptance fits and the step model of one workload, from the feasible configurations;
-    the start effect is drawn toward the engine's ``noise_prior`` (analysis/noise.py)."""
+    the start effect is drawn toward the engine's ``noise_prior`` (analysis/noise.py), and steps
+    are padded to the ``captured_widths`` the server said it captured graphs for."""
     feasible = [c for c in configs if c.feasible]
     acceptance = drafter_acceptance(feasible, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
     observations = study_observations(feasible, workload)
-    throughput = fit_throughput_model(observations, start_prior=noise_prior) if observations else None
+    throughput = (
+        fit_throughput_model(observations, start_prior=noise_prior, captured_widths=captured_widths)
+        if observations
+        else None
+    )
     noise = noise_of(throughput, workload, noise_prior) if throughput is not None else None
     return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput, noise=noise)
 
@@ -137,6 +143,7 @@ def analyze_study(
     table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
     max_itl_p99_s: float | None = None,
     idle: Collection[Candidate] = (),
+    captured_widths: Sequence[int] = (),
 ) -> StudyAnalysis:
     """Fit, model and recommend for every workload and concurrency level a study measured.
 
@@ -156,8 +163,9 @@ def analyze_study(
     snippets: list[SnippetPlan] = []
     for workload in workloads:
         fitted = model_workload(
-            measured, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed, noise_prior=noise_prior
-        )
+            measured, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed, noise_prior=noise_prior,
+            captured_widths=captured_widths,
+        )  # fmt: skip
         acceptance.extend(fitted.acceptance)
         model = fitted.throughput
         levels = [b for b in concurrency_levels if model is not None and b in model.concurrency_levels]
@@ -264,6 +272,7 @@ def analyze_with_settings(
         table_refusal=table_refusal,
         max_itl_p99_s=settings.max_itl_p99_s,
         idle=idle,
+        captured_widths=settings.captured_widths,
     )
 
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of
-from specsweep.analysis.step_model import Cell, StepObservation, StepPosterior, fit_step_model
+from specsweep.analysis.step_fit import fit_step_model
+from specsweep.analysis.step_model import Cell, StepObservation, StepPosterior
 from specsweep.errors import FitError
 from specsweep.types import MeasuredConfig, RunNoisePrior
 
@@ -133,6 +135,23 @@ class ThroughputModel:
         """The fitted model in words, for the report and the console."""
         return describe(self.posterior)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fitted model as results.json keeps it: each part's cost, the noise, the levels."""
+        posterior = self.posterior
+        return {
+            "basis": self.basis,
+            "parts_s": dict(zip(part_names(posterior), (float(t) for t in posterior.theta), strict=True)),
+            "probabilistic_factor": {
+                m: math.exp(float(g)) for m, g in zip(posterior.sampled_methods, posterior.gamma, strict=True)
+            },
+            "knee_tokens": posterior.knee,
+            "captured_widths": list(posterior.captured_widths),
+            "start_sd": posterior.start_sd,
+            "cell_sd": posterior.cell_sd,
+            "run_sd": posterior.run_sd,
+            "observations": [asdict(o) for o in self.observations],
+        }
+
 
 def fit_throughput_model(
     observations: Sequence[ThroughputObservation],
@@ -172,17 +191,19 @@ def fit_throughput_model(
     )
 
 
+def part_names(posterior: StepPosterior) -> list[str]:
+    """What each cost of the model is per (the order of ``StepPosterior.theta``)."""
+    names = ["step", "sequence", "verified token"]
+    if posterior.knee is not None:
+        names.append(f"verified token past {posterior.knee:g}")
+    for method in posterior.methods:
+        names += [f"{method} draft position", f"{method} drafting step"]
+    return names
+
+
 def describe(posterior: StepPosterior) -> str:
     """What the step model found, in one sentence."""
-    theta = posterior.theta
-    parts = [f"{1000 * theta[0]:.2f} ms a step", f"{1000 * theta[1]:.3f} ms a sequence",
-             f"{1000 * theta[2]:.3f} ms a verified token"]  # fmt: skip
-    if posterior.knee is not None:
-        parts.append(f"{1000 * theta[3]:.3f} ms more a token past {posterior.knee:g} (a knee)")
-    offset = 4 if posterior.knee is not None else 3
-    for i, method in enumerate(posterior.methods):
-        per_position, fixed = theta[offset + 2 * i], theta[offset + 2 * i + 1]
-        parts.append(f"{method}: {1000 * per_position:.3f} ms a draft position, {1000 * fixed:.3f} ms a drafting step")
+    parts = [f"{1000 * t:.3f} ms a {name}" for name, t in zip(part_names(posterior), posterior.theta, strict=True)]
     for method, gamma in zip(posterior.sampled_methods, posterior.gamma, strict=True):
         parts.append(f"{method} probabilistic steps x{math.exp(gamma):.3f}")
     widths = f"; padded to captured widths {list(posterior.captured_widths)}" if posterior.captured_widths else ""

@@ -85,9 +85,20 @@ def losses(sample: RateSample, tolerance: float) -> np.ndarray:
     return loss
 
 
+def pick(draws: np.ndarray, eligible: Sequence[int], tolerance: float) -> tuple[int, float]:
+    """The one rule that picks: among the ``eligible`` columns of joint rate draws (the
+    configurations a paste may run: measured ones), the one with the least expected loss against
+    each draw's best column, less the tolerance; a tie in loss goes to the faster. Returns the
+    column and its expected loss. The search's stop, the recommendation and the paste read it."""
+    best = draws.max(axis=1, keepdims=True)
+    expected = np.maximum((1.0 - tolerance) * best - draws[:, list(eligible)], 0.0).mean(axis=0)
+    means = draws[:, list(eligible)].mean(axis=0)
+    i = min(range(len(eligible)), key=lambda i: (expected[i], -means[i]))
+    return eligible[i], float(expected[i])
+
+
 def cell_loss(cell: CellBelief, tolerance: float) -> CellLoss:
     """The pick of a cell and its expected loss."""
-    expected = losses(cell.sample, tolerance).mean(axis=0)
     best = float(cell.sample.draws.max(axis=1).mean()) * cell.weight
     columns = [j for j, c in enumerate(cell.sample.candidates) if c in cell.measured]
     if not columns:
@@ -95,11 +106,10 @@ def cell_loss(cell: CellBelief, tolerance: float) -> CellLoss:
             workload=cell.workload, concurrency=cell.concurrency, pick=None,
             loss_tokens_per_s=float(np.mean(cell.sample.draws.max(axis=1))) * cell.weight, best_tokens_per_s=best,
         )  # fmt: skip
-    means = cell.sample.draws.mean(axis=0)
-    pick = min(columns, key=lambda j: (expected[j], -means[j]))  # a tie in loss: the faster
+    chosen, loss = pick(cell.sample.draws, columns, tolerance)
     return CellLoss(
-        workload=cell.workload, concurrency=cell.concurrency, pick=cell.sample.candidates[pick],
-        loss_tokens_per_s=float(expected[pick]) * cell.weight, best_tokens_per_s=best,
+        workload=cell.workload, concurrency=cell.concurrency, pick=cell.sample.candidates[chosen],
+        loss_tokens_per_s=loss * cell.weight, best_tokens_per_s=best,
     )  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""``specsweep measure``: one honest measurement of a running server, no restarts."""
+"""``specsweep measure``: one honest measurement of a running server, no starts."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from specsweep.cli.options import check_duration, check_finite, check_levels, check_url, one_of, seconds_of
-from specsweep.cli.printers import print_measurement, print_rig_recommendation
+from specsweep.cli.printers import print_measurement
+from specsweep.cli.rig_printers import print_rig_recommendation
 from specsweep.config import parse_concurrency
 from specsweep.errors import RequestError
 from specsweep.rigs.file import check_server_against_rig, load_rig
@@ -71,7 +72,7 @@ def measure(
     ),
     json_path: Path = typer.Option(None, "--json-file", hidden=True, help="Old spelling: write the JSON to this file."),
     rig: Path = typer.Option(
-        None, help="A rig file (studies/NAME/rig.json): also recommend k for this workload, with no restart."
+        None, help="A rig file (studies/NAME/rig.json): also recommend k for this workload, with no start."
     ),
     drafter: str = typer.Option(
         None,
@@ -87,7 +88,7 @@ def measure(
     Per level: warm-up, a /metrics snapshot, N streamed requests (exact token counts from
     usage, never chunk counts), a second snapshot. Prints single-stream and concurrent decode
     rates, TTFT, prefill, the server's own throughput beside the client's, and per-position
-    draft acceptance from the counter differences. Nothing is restarted.
+    draft acceptance from the counter differences. Nothing is started.
 
     With --rig: the server must be the rig's (engine, version, model; flags too with
     --server-args). The workload's acceptance curve fitted from the counters at the running k and

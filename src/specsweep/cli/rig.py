@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from specsweep.cli.printers import print_rig
+from specsweep.cli.rig_printers import print_rig
 from specsweep.rigs.file import RIG_FILE, write_rig
 from specsweep.rigs.stored import build_rig
 from specsweep.tuning.stored import load_stored_study

@@ -1,4 +1,4 @@
-"""``specsweep study``: restart the server per config, measure, and recommend."""
+"""``specsweep study``: start the server once per configuration, measure, and recommend."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from specsweep.cli.printers import (
     print_best_measured,
     print_boot,
     print_plan,
-    print_rig_study,
     print_study_time,
 )
+from specsweep.cli.rig_printers import print_rig_study
 from specsweep.config import (
     EmulatorServer,
     MeasureConfig,
@@ -59,7 +59,7 @@ def default_study(workload: str) -> StudyConfig:
         server=ServerConfig(
             engine="emulator",
             mode="emulator",
-            # The profile's own 4-minute restart (2.4 s of wall clock at time scale 100): what a start costs.
+            # The profile's own 4-minute start (2.4 s of wall clock at time scale 100): what a start costs.
             emulator=EmulatorServer.demo(DEFAULT_PROFILE),
             ready_timeout_s=60.0,
             stop_grace_s=5.0,
@@ -99,7 +99,7 @@ def study(
     ),
     rig: Path = typer.Option(
         None,
-        help="Reuse a rig file (studies/NAME/rig.json): restart only where it cannot answer (one start "
+        help="Reuse a rig file (studies/NAME/rig.json): start the server only where it cannot answer (one start "
         "at the largest k for acceptance; a drafter or level it lacks; --check).",
     ),
     check: bool = typer.Option(False, "--check", help="With --rig: also measure the predicted optimum."),
@@ -112,7 +112,7 @@ def study(
         min=0.0001,
         max=0.49,
         help="Differences under this share of a rate do not matter (default: the config's study.tolerance, "
-        "0.01): such leaders are either-is-fine and never separated by restarts (docs/search.md).",
+        "0.01): such leaders are either-is-fine and never separated by starts (docs/search.md).",
     ),
     max_itl_p99: float = typer.Option(
         None,
@@ -124,7 +124,7 @@ def study(
         False, "--dry-run", help="Print the plan and every configuration's server command; start nothing."
     ),
 ) -> None:
-    """Tune draft length and draft sampling: restart the server for each config, measure, recommend.
+    """Tune draft length and draft sampling: start the server once per configuration, measure, recommend.
 
     Without --config it runs on the built-in emulator (the default profile reproduces a two-box
     DGX Spark running DeepSeek-V4-Flash with a 5-token drafter) and says so. Every trial is kept
@@ -146,6 +146,8 @@ def study(
         chosen = replace(chosen, tolerance=tolerance)
     if max_itl_p99 is not None:
         chosen = replace(chosen, objective=replace(chosen.objective, max_itl_p99_s=max_itl_p99 / 1000))
+    if chosen.server.mode == "emulator":
+        load_profile(chosen.server.emulator.profile)  # a wrong profile fails here, not in every trial's start
     refuse_what_no_server_answers(chosen)
     out = Console(soft_wrap=True)
     if dry_run:
@@ -187,7 +189,7 @@ def study(
     )
     with status:
         outcome = runner.run(max_trials=trials)
-    out.print(f"\nstopped: {outcome.stop_reason} ({outcome.restarts} server starts this run)")
+    out.print(f"\nstopped: {outcome.stop_reason} ({outcome.starts} server starts this run)")
     for tie in outcome.ties:
         out.print(f"  leaders: {tie}")
     if outcome.time is not None:

@@ -105,7 +105,7 @@ def watch(
     api_key_env: str = typer.Option(None, help="Live: environment variable holding the bearer token for /metrics."),
     seed: int = typer.Option(0, help="Seed of the predictions' draws."),
 ) -> None:
-    """Tune from production traffic: read the server's own metrics, no synthetic load, no restart.
+    """Tune from production traffic: read the server's own metrics, no synthetic load, no start.
 
     Live (--endpoint) reads /metrics every --interval and refreshes a compact view in place;
     with --prometheus it reads the same series from Prometheus over --since (or --start/--end) and

@@ -106,7 +106,7 @@ async def _serve(settings: EmulatorSettings) -> int:
         profile.tensor_parallel_size,
         settings.spec_json,
     )
-    startup_s = profile.faults.startup_s if profile.faults.startup_s is not None else profile.startup_s
+    startup_s = profile.boot_s
     log.info(
         "Loading weights for %s (modelled startup %.1f s at time scale %g).",
         profile.served_model_name,

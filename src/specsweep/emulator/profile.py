@@ -117,6 +117,11 @@ class Profile:
         }
         return replace(self, timing=replace(self.timing, **changes)) if changes else self
 
+    @property
+    def boot_s(self) -> float:
+        """The modelled seconds this rig takes to start: a slow start it was told to make, else its own."""
+        return self.faults.startup_s if self.faults.startup_s is not None else self.startup_s
+
     def kv_cache_tokens(self, k: int) -> int:
         """The KV pool in tokens when drafting k tokens (the drafter's buffers shrink it)."""
         return max(0, self.kv_tokens_at_zero_k - self.kv_tokens_per_draft_token * k)

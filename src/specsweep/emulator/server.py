@@ -7,11 +7,12 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TextIO
 
 from aiohttp import web
 
+from specsweep.emulator.api_requests import ApiError, ParsedRequest, parse_request, read_json
 from specsweep.emulator.content import classify_content, count_tokens
 from specsweep.emulator.engine import Emission, Engine
 from specsweep.emulator.metrics import EngineCollector, render_metrics
@@ -19,31 +20,6 @@ from specsweep.emulator.profile import Profile
 from specsweep.emulator.self_load import SelfLoad
 
 log = logging.getLogger("specsweep.emulator")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ParsedRequest:
-    """The parts of an OpenAI request the emulator acts on."""
-
-    chat: bool
-    prompt_text: str
-    max_tokens: int
-    temperature: float
-    stream: bool
-    include_usage: bool
-    continuous_usage: bool
-
-
-class ApiError(Exception):
-    """An error answered in vLLM's JSON error shape."""
-
-    def __init__(self, status: int, message: str, kind: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind, self.param = status, message, kind, param
-
-    def response(self) -> web.Response:
-        body = {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
-        return web.json_response(body, status=self.status)
 
 
 class EmulatorApi:
@@ -107,8 +83,14 @@ class EmulatorApi:
 
     async def version(self, request: web.Request) -> web.Response:
         # vLLM answers {"version"}; the emulator adds what it emulates, so a rig can tell it apart
-        # and read rates in the modelled hardware's units.
-        emulated: dict[str, Any] = {"profile": self.profile.name, "time_scale": self.engine.time_scale}
+        # and read rates in the modelled hardware's units, and what a study counts of its start:
+        # the modelled boot and the most sequences it batches.
+        emulated: dict[str, Any] = {
+            "profile": self.profile.name,
+            "time_scale": self.engine.time_scale,
+            "startup_s": self.profile.boot_s,
+            "max_num_seqs": self.profile.max_num_seqs,
+        }
         if self.traffic is not None:
             emulated["traffic"] = self.traffic.describe()
         return web.json_response({"version": self.profile.version, "emulator": emulated})
@@ -141,7 +123,9 @@ class EmulatorApi:
     async def _complete(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         arrival = time.perf_counter()
         try:
-            parsed = self.parse(await _read_json(request), chat=chat)
+            parsed = parse_request(
+                await read_json(request), chat=chat, model=self.model_name, max_model_len=self.profile.max_model_len
+            )
         except ApiError as exc:
             return _refused(request, exc)
         self.requests_started += 1
@@ -182,56 +166,6 @@ class EmulatorApi:
             return await self._respond_stream(request, seq, parsed, request_id, prompt_tokens, crash, drop, garble)
         finally:
             self.engine.cancel(seq)
-
-    def parse(self, body: Any, *, chat: bool) -> ParsedRequest:
-        if not isinstance(body, dict):
-            raise ApiError(400, "Request body must be a JSON object.", "BadRequestError")
-        model = body.get("model", self.model_name)
-        if model != self.model_name:
-            raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
-        if chat:
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise ApiError(400, "'messages' must be a non-empty list.", "BadRequestError", "messages")
-            prompt_text = "".join(_message_text(m) for m in messages)
-        else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-                prompt = prompt[0]
-            if not isinstance(prompt, str):
-                raise ApiError(400, "'prompt' must be a string.", "BadRequestError", "prompt")
-            prompt_text = prompt
-        if body.get("n", 1) != 1:
-            raise ApiError(400, "The emulator supports n = 1 only.", "BadRequestError", "n")
-        max_tokens = body.get("max_completion_tokens") if chat else None
-        if max_tokens is None:
-            max_tokens = body.get("max_tokens")
-        if max_tokens is None:
-            max_tokens = max(1, self.profile.max_model_len - count_tokens(prompt_text))
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ApiError(400, "max_tokens must be at least 1.", "BadRequestError", "max_tokens")
-        temperature = body.get("temperature", 1.0)
-        if temperature is None:
-            temperature = 1.0
-        if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
-            raise ApiError(400, "temperature must be a number in 0..2.", "BadRequestError", "temperature")
-        stream = bool(body.get("stream", False))
-        options = body.get("stream_options") or {}
-        if not isinstance(options, dict):
-            raise ApiError(400, "stream_options must be an object.", "BadRequestError", "stream_options")
-        if options and not stream:
-            raise ApiError(400, "Stream options can only be defined when `stream=True`.", "BadRequestError")
-        include_usage = bool(options.get("include_usage", False))
-        continuous = bool(options.get("continuous_usage_stats", False)) and include_usage
-        return ParsedRequest(
-            chat=chat,
-            prompt_text=prompt_text,
-            max_tokens=max_tokens,
-            temperature=float(temperature),
-            stream=stream,
-            include_usage=include_usage,
-            continuous_usage=continuous,
-        )
 
     async def _respond_whole(
         self, seq: Any, parsed: ParsedRequest, request_id: str, prompt_tokens: int, crash: bool
@@ -348,35 +282,8 @@ def _refused(request: web.Request, error: ApiError) -> web.Response:
     return error.response()
 
 
-async def _read_json(request: web.Request) -> Any:
-    """The request body as JSON (UTF-8, as RFC 8259 has it, whatever charset the header names); an
-    ApiError for a body that is not JSON, or is nested past what the parser's recursion reaches."""
-    data = await request.read()
-    try:
-        return json.loads(data)
-    except RecursionError:
-        raise ApiError(400, "Request body is nested too deeply to parse.", "BadRequestError") from None
-    except ValueError:  # not JSON, not UTF-8, or an integer too long to convert
-        raise ApiError(400, "Request body is not valid JSON.", "BadRequestError") from None
-
-
 def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _message_text(message: Any) -> str:
-    if not isinstance(message, dict) or "role" not in message:
-        raise ApiError(400, "Each message needs a 'role' and 'content'.", "BadRequestError", "messages")
-    content = message.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [part.get("text", "") for part in content if isinstance(part, dict)]
-        if all(isinstance(text, str) for text in texts):
-            return "".join(texts)
-    raise ApiError(400, "Message content must be a string or a list of parts.", "BadRequestError", "messages")
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:

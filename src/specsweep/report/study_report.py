@@ -235,7 +235,7 @@ def results_document(
                 for w in analysis.workloads
             },
             "acceptance": [asdict(a) for a in analysis.acceptance],
-            "throughput_models": {w: asdict(m) for w, m in analysis.models.items()},
+            "throughput_models": {w: m.to_dict() for w, m in analysis.models.items()},
             "predictions": [asdict(p) for p in analysis.predictions],
             "notes": list(analysis.notes),
             "measured": [

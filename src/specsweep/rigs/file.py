@@ -32,9 +32,8 @@ from specsweep.engines.registry import server_args_without_spec
 from specsweep.errors import ConfigError
 from specsweep.rigs.model import RIG_SCHEMA_VERSION, LevelTiming, RequestShape, Rig, RigIdentity, fit_rig
 from specsweep.runtime.identity import ServerIdentity
-from specsweep.runtime.launcher import study_emulator_argv
 from specsweep.runtime.store import write_json_atomic
-from specsweep.runtime.trial_server import placeholder_values, render_command
+from specsweep.runtime.trial_server import template_argv
 from specsweep.secrets import mask_argv
 
 RIG_FILE = "rig.json"
@@ -185,14 +184,8 @@ def check_server_against_rig(
 
 def template_server_args(server: ServerConfig) -> tuple[str, ...] | None:
     """The flags a study's server config starts every server with (spec part, host and port left out)."""
-    if server.mode == "emulator":
-        argv = study_emulator_argv(server.emulator, host=server.host, port=0, speculative_config=None)
-    elif server.start is None:
-        return None  # attach mode: the user starts the server; its flags are not known here
-    else:
-        values = placeholder_values(host=server.host, port=0, spec=None, spec_args=[], model=server.model, trial=0)
-        argv = render_command(server.start, values)
-    return server_args_without_spec(server.engine, argv)
+    argv = template_argv(server)
+    return None if argv is None else server_args_without_spec(server.engine, argv)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,7 @@ completion tokens M, mean decode span s = last token - first token, tokens per s
 
 A workload W with acceptance E_W(k) and overhead c_W then runs at
 R_W(k, B) = B * M_W / (c_W + (M_W - 1) * T(k, B) / E_W(k)). Its c_W comes from a measurement
-of W at the server's current k (no restart): the overhead hardly depends on k.
+of W at the server's current k (no start): the overhead hardly depends on k.
 
 Drafters that draft only at some steps (n-gram lookup drafts where the text repeats itself)
 carry a draft share q: drafts per decode step. How often a draft is found depends on the text;

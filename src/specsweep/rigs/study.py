@@ -1,4 +1,4 @@
-"""``study --rig``: a study that reuses a known rig and restarts only where the rig cannot answer.
+"""``study --rig``: a study that reuses a known rig and starts the server only where the rig cannot answer.
 
 One server start measures every workload at the largest k of the search range (acceptance at
 every smaller k follows from it). Further starts only for:
@@ -57,7 +57,7 @@ class RigStudyOutcome:
     rig: Rig  # the rig with this study's new points
     results: tuple[WorkloadOnRig, ...]
     plan: tuple[PlannedTrial, ...]
-    server_starts: int
+    starts: int  # server starts this run
     unchecked: tuple[str, ...]
     check: CheckResult | None
     notes: tuple[str, ...]
@@ -115,7 +115,7 @@ def run_rig_study(
     runner = StudyRunner(config, paths, resume=resume, on_event=on_event, worker=worker, queue_initial=False)
     plan, drafter = plan_trials(rig, runner, config)
     for item in plan:
-        emit(Note(text=f"restart planned: {item.candidate.short_label}: {item.reason}"))
+        emit(Note(text=f"start planned: {item.candidate.short_label}: {item.reason}"))
     starts = 0
     unchecked: tuple[str, ...] = ()
     for number, item in enumerate(plan):
@@ -150,7 +150,7 @@ def run_rig_study(
         result_check = CheckResult(num_speculative_tokens=k, rows=rows)
     write_rig(paths.folder / RIG_FILE, merged)
     return RigStudyOutcome(
-        study=runner.study, rig=merged, results=results, plan=plan, server_starts=starts, unchecked=unchecked,
+        study=runner.study, rig=merged, results=results, plan=plan, starts=starts, unchecked=unchecked,
         check=result_check, notes=tuple(notes),
     )  # fmt: skip
 

@@ -1,7 +1,9 @@
 """What a running server says about itself: engine, version, served model, a few facts.
 
 - vLLM: ``/version`` ({"version"}) and ``/v1/models``.
-- The emulator: vLLM's ``/version`` plus {"emulator": {"profile", "time_scale"}}.
+- The emulator: vLLM's ``/version`` plus {"emulator": {"profile", "time_scale", "startup_s",
+  "max_num_seqs"}}: its modelled boot and the most sequences it batches, which no real engine
+  says over HTTP.
 - llama.cpp: ``/props`` (``build_info``, ``model_path``, ``total_slots``, the context size) and
   ``/v1/models``; it has no ``/version``.
 - SGLang: ``/server_info`` (``version``; SGLang 0.5.23 ``entrypoints/http_server.py``, where
@@ -33,6 +35,8 @@ class ServerIdentity:
     model: str | None
     facts: dict[str, Any] = field(default_factory=dict)
     time_scale: float = 1.0  # the emulator's: its rates are this many times the modelled hardware's
+    boot_s: float | None = None  # its start's boot on its own clock, where it says (the emulator's modelled startup)
+    max_num_seqs: int | None = None  # the most sequences it batches, where it says (the emulator)
 
     @property
     def clock(self) -> ServerClock:
@@ -49,6 +53,8 @@ class ServerIdentity:
             model=stored.get("model"),
             facts=dict(stored.get("facts") or {}),
             time_scale=float(stored.get("time_scale") or 1.0),
+            boot_s=_number(stored.get("boot_s")),
+            max_num_seqs=_count(stored.get("max_num_seqs")),
         )
 
 
@@ -78,6 +84,8 @@ async def read_identity(http: httpx.AsyncClient, engine: str | None) -> ServerId
     facts: dict[str, Any] = {}
     version = None
     clock = ServerClock()
+    boot_s: float | None = None
+    max_num_seqs: int | None = None
     if engine in (None, "vllm", "emulator"):
         answer = await _get_json(http, "/version")
         if isinstance(answer, dict) and "version" in answer:
@@ -87,6 +95,8 @@ async def read_identity(http: httpx.AsyncClient, engine: str | None) -> ServerId
                 engine = "emulator"
                 facts["profile"] = emulated.get("profile")
                 clock = clock_from_version(answer)
+                boot_s = _number(emulated.get("startup_s"))
+                max_num_seqs = _count(emulated.get("max_num_seqs"))
             else:
                 engine = engine or "vllm"
     if engine in (None, "llama.cpp"):
@@ -112,7 +122,23 @@ async def read_identity(http: httpx.AsyncClient, engine: str | None) -> ServerId
         model=model_name(engine, served),
         facts=facts,
         time_scale=clock.time_scale,
+        boot_s=boot_s,
+        max_num_seqs=max_num_seqs,
     )
+
+
+def _number(value: Any) -> float | None:
+    """A non-negative number a server gave (None: it gave none, or not one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return float(value)
+
+
+def _count(value: Any) -> int | None:
+    """A positive whole number a server gave (None: it gave none, or not one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return value
 
 
 def read_server_identity(url: str, engine: str | None = None) -> ServerIdentity:

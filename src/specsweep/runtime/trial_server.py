@@ -12,6 +12,10 @@ which also checked the templates when the study file was read: element by elemen
 templates (so no value can become a second argument or a command), shell-quoted in a
 shell-string template.
 
+Once ready, the server is asked what it is (``runtime/identity.py``): a started server carries
+what a study counts of it (its boot on its own clock, its time scale, the most sequences it
+batches), so nothing above ``runtime/`` needs to know which program it started.
+
 Before a start the port must be free: a server still answering there (a stale one, or someone
 else's) would otherwise pass the readiness check and be measured in place of the trial's.
 With ``lease_path`` the running server is recorded (``runtime/lease.py``) until it is stopped.
@@ -22,6 +26,7 @@ planned command of a dry run, a failure's reason) has its secrets masked (``spec
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import socket
@@ -33,8 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsweep.config import ServerConfig
-from specsweep.engines.registry import EngineInfo
+from specsweep.engines.registry import EngineInfo, max_num_seqs_flag
 from specsweep.errors import LaunchError, ReadyTimeoutError
+from specsweep.runtime.identity import ServerIdentity, read_server_identity
 from specsweep.runtime.launcher import (
     ServerProcess,
     describe_exit,
@@ -44,6 +50,7 @@ from specsweep.runtime.launcher import (
     wait_until_ready,
 )
 from specsweep.runtime.lease import clear_lease, lease_for, write_lease
+from specsweep.runtime.modelled_time import ServerClock
 from specsweep.runtime.store import open_log
 from specsweep.secrets import MASK, mask_argv, mask_text, secrets_in
 from specsweep.templates import CommandTemplate, Values, has_placeholder
@@ -89,6 +96,23 @@ class StartedServer:
     startup_s: float
     boot: BootFacts
     log_path: Path
+    identity: ServerIdentity  # what it says it is, asked once it was ready
+    max_num_seqs: int | None  # the most sequences it batches: as it says, else its --max-num-seqs (None: not known)
+
+    @property
+    def clock(self) -> ServerClock:
+        """The clock its times run on (the emulator's modelled hardware, else the wall clock)."""
+        return self.identity.clock
+
+    @property
+    def modelled(self) -> bool:
+        """Whether its times are a modelled hardware's (the emulator's, at any time scale)."""
+        return self.identity.engine == "emulator"
+
+    @property
+    def boot_s(self) -> float:
+        """Its boot on its own clock: the modelled startup the emulator reports, else ``startup_s``."""
+        return self.identity.boot_s if self.identity.boot_s is not None else self.startup_s
 
 
 class TrialServer:
@@ -142,13 +166,31 @@ class TrialServer:
         refusal = self.engine.boot_refusal(self.log())
         if refusal is not None:
             raise LaunchError(refusal)
+        identity = read_server_identity(url, self.engine.name)
         return StartedServer(
             url=url,
             argv=mask_argv(argv, self.secrets),
             startup_s=startup,
             boot=self.engine.parse_boot_facts(self.log()),
             log_path=self.log_path,
+            identity=identity,
+            max_num_seqs=identity.max_num_seqs or max_num_seqs_flag(template_argv(config) or ()),
         )
+
+    @property
+    def clock(self) -> ServerClock:
+        """The clock the server will run on, known before it says so: a start that fails is timed on it."""
+        return ServerClock(self.config.emulator.time_scale) if self.modelled else ServerClock()
+
+    @property
+    def modelled(self) -> bool:
+        """Whether the server's times will be a modelled hardware's (it is the emulator)."""
+        return self.config.mode == "emulator"
+
+    @property
+    def api_engine(self) -> str:
+        """The engine whose API and metrics the server speaks (the emulator speaks vLLM's)."""
+        return "vllm" if self.modelled else self.engine.name
 
     def planned_command(self, spec: SpeculativeConfig | None, *, trial: int) -> str:
         """What a trial with ``spec`` would run, shell-quoted, without running it: PORT stands for
@@ -239,6 +281,22 @@ class TrialServer:
         raise ReadyTimeoutError(
             f"server.wait_free did not succeed within {self.config.ready_timeout_s:.0f} s; the next start could fail."
         )
+
+
+def template_argv(config: ServerConfig) -> list[str] | None:
+    """The words of the command a study's server config starts every server with: no spec flags,
+    port 0 (None in attach mode, where the user starts it). A shell-string template is split as
+    the shell would (one with unbalanced quotes stays ``sh -c SCRIPT``)."""
+    if config.mode == "emulator":
+        return study_emulator_argv(config.emulator, host=config.host, port=0, speculative_config=None)
+    if config.start is None:
+        return None
+    values = placeholder_values(host=config.host, port=0, spec=None, spec_args=[], model=config.model, trial=0)
+    argv = render_command(config.start, values)
+    if isinstance(config.start, str):
+        with contextlib.suppress(ValueError):
+            return shlex.split(argv[-1])
+    return argv
 
 
 def read_help_flags(config: ServerConfig, engine: EngineInfo) -> frozenset[str] | None:

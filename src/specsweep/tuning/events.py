@@ -89,7 +89,7 @@ class TrialFailed:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrialReused:
-    """A duplicate of a configuration measured before: its figures were copied, no restart."""
+    """A duplicate of a configuration measured before: its figures were copied, no start."""
 
     trial: int
     source: int

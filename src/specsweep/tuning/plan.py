@@ -13,7 +13,6 @@ from pathlib import Path
 
 from specsweep.analysis.drafters import candidate_of
 from specsweep.config import StudyConfig
-from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import engine_info
 from specsweep.runtime.trial_server import TrialServer, read_help_flags
 from specsweep.tuning.space import build_space, check_space, check_spec_args
@@ -73,8 +72,6 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     check_space(space, config.source, config.search.baseline)
     help_flags = read_help_flags(config.server, engine)  # llama.cpp: the flags this build takes
     check_spec_args(space, engine, config.source, help_flags=help_flags)
-    if config.server.mode == "emulator":
-        load_profile(config.server.emulator.profile)
     if config.storage is not None:
         check_storage_url(config.storage)
     server = TrialServer(config.server, engine, log_path=Path(os.devnull), help_flags=help_flags)

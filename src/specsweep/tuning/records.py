@@ -302,7 +302,7 @@ def record_results(
 class TrialTimes:
     """Where one trial's time went: booting its server and measuring it (the rest of the study's
     time is idle: stopping servers, waiting for memory, deciding). Modelled seconds on the
-    emulator (its configured startup, its measuring time times its time scale)."""
+    emulator (the startup it reports, its measuring time times its time scale)."""
 
     boot_s: float
     measure_s: float

@@ -5,7 +5,7 @@ Parameters: ``num_speculative_tokens`` (0 means speculation off), ``draft_sample
 ``search.fixed`` are added to every config. Two parameter sets that give the same effective
 server (speculation off with either draft method; both draft methods at temperature 0, where
 they are identical, or for a drafter that looks tokens up instead of sampling them) share one
-key, so the second costs no restart. Each engine validates the fields it takes (llama.cpp has
+key, so the second costs no start. Each engine validates the fields it takes (llama.cpp has
 fields of its own beside vLLM's).
 """
 

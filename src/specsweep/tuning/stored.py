@@ -122,9 +122,7 @@ def analyze_stored_study(
         settings = replace(settings, max_itl_p99_s=max_itl_p99_s)
     measured_on = known_engine(settings.engine)  # the server that was measured
     idle = never_drafting(configs, measured_on.never_drafts, settings.k_max) if measured_on is not None else ()
-    analysis = analyze_with_settings(
-        configs, settings, seed=seed, table_refusal=engine.table_refusal, idle=idle
-    )
+    analysis = analyze_with_settings(configs, settings, seed=seed, table_refusal=engine.table_refusal, idle=idle)
     return StoredAnalysis(analysis=analysis, configs=configs, settings=settings)
 
 

@@ -40,12 +40,12 @@ from specsweep.analysis.value import (
     CellBelief,
     StartValue,
     cell_loss,
-    could_be_faster,
     start_values,
-    within_tolerance,
 )
 from specsweep.errors import FitError
+from specsweep.tuning.budget import Budget, minutes, start_budget
 from specsweep.tuning.records import TrialRecord
+from specsweep.tuning.search_words import buy, buy_reason, ties
 from specsweep.tuning.space import OFF_KEY, Space, config_key
 from specsweep.types import MeasuredConfig, StudySettings
 
@@ -65,29 +65,6 @@ class Phase(StrEnum):
     WORTH = "worth it"  # its expected gain is worth its cost
     WAIT = "wait"  # another worker is measuring what is needed next
     STOP = "stop"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Budget:
-    """The starts made, the most the search will make (``cap``), the starts it expects, and a start's cost."""
-
-    starts: int  # server starts of the study so far (failed boots included)
-    cap: int  # never more starts than this: the configurations to measure
-    expected: int | None  # the starts the search expects in all now (None: not known before values exist)
-    boot_s: float | None  # mean over this study's starts (None: no start timed yet)
-    measure_s: float | None
-    modelled: bool  # in the emulator's modelled seconds
-
-    @property
-    def start_s(self) -> float | None:
-        """A start's mean cost: its boot and its measuring."""
-        return None if self.boot_s is None or self.measure_s is None else self.boot_s + self.measure_s
-
-    @property
-    def left_s(self) -> float | None:
-        if self.start_s is None or self.expected is None:
-            return None
-        return max(self.expected - self.starts, 0) * self.start_s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,22 +156,6 @@ def _state(trials: Sequence[TrialRecord], space: Space, exclude: Collection[str]
     )
 
 
-def start_budget(trials: Sequence[TrialRecord], grid: int) -> Budget:
-    """Starts so far, the configurations to measure as the cap, and a start's mean cost."""
-    # a server start: a trial that claimed a configuration and ran it, measured or failed (not
-    # one reused, turned away or running now)
-    started = [t for t in trials if t.reused_from is None and t.key is not None and (t.measured or t.failed)]
-    timed = [t.times for t in started if t.times is not None]
-    return Budget(
-        starts=len(started),
-        cap=grid,
-        expected=None,
-        boot_s=sum(x.boot_s for x in timed) / len(timed) if timed else None,
-        measure_s=sum(x.measure_s for x in timed) / len(timed) if timed else None,
-        modelled=any(x.modelled for x in timed),
-    )
-
-
 def _decision(state: _State, config: _Config | None, phase: Phase, reason: str, **extra: Any) -> SearchDecision:
     return SearchDecision(
         params=None if config is None else dict(config.params),
@@ -243,7 +204,10 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     """The start whose expected gain is worth most per minute, if any is worth its cost."""
     mconfigs = [t.measured_config() for t in state.measured]
     k_max = max(c.k for c in state.configs.values())
-    models = model_search(mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior)
+    models = model_search(
+        mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior,
+        captured_widths=settings.captured_widths,
+    )  # fmt: skip
     noise = {w: m.noise for w, m in models.items() if m.noise is not None}
     extra: dict[str, Any] = {"noise": noise, "models": models}
     if not any(m.fits for m in models.values()):
@@ -263,12 +227,12 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     wanted = len({c.key for c in worth})
     budget = replace(state.budget, expected=min(state.budget.cap, state.budget.starts + wanted))
     picks = {(c.workload, c.concurrency): p for c in cells if (p := cell_loss(c, settings.tolerance).pick)}
-    extra.update(budget=budget, ties=_ties(cells, settings.tolerance, values), picks=picks)
+    extra.update(budget=budget, ties=ties(cells, settings.tolerance, values), picks=picks)
     if worth and budget.starts < budget.cap:
         chosen = max(worth, key=lambda c: values[c.candidate].share / (costs[c.key] or 1.0))
         value = values[chosen.candidate]
         again = chosen.key in state.starts
-        reason = _buy_reason(value, again, costs[chosen.key] if budget.start_s else None, budget.modelled)
+        reason = buy_reason(value, again, costs[chosen.key] if budget.start_s else None, budget.modelled)
         return _decision(
             state, chosen, Phase.WORTH, reason, repeat=again, value=value, price_share=price[chosen.key], **extra
         )
@@ -281,9 +245,9 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
         value = values[top.candidate]
         reason = (
             f"no start is worth its time: the closest, {top.candidate.short_label}"
-            f"{' again' if top.key in state.starts else ''}, would buy {_buy(value)}, "
+            f"{' again' if top.key in state.starts else ''}, would buy {buy(value)}, "
             f"{100 * value.share:.2f}% in all, where "
-            + (f"a start of {_minutes(costs[top.key], budget.modelled)}" if budget.start_s else "a start")
+            + (f"a start of {minutes(costs[top.key], budget.modelled)}" if budget.start_s else "a start")
             + f" must buy {100 * price[top.key]:.2f}%"
         )
     return _decision(state, None, Phase.STOP, reason, **extra)
@@ -306,10 +270,6 @@ def _costs(cells: Sequence[CellBelief], options: Sequence[_Config], budget: Budg
         slower = sum(ratios) / len(ratios) if ratios else 1.0
         out[option.key] = budget.boot_s + budget.measure_s * slower
     return out
-
-
-def _minutes(seconds: float, modelled: bool) -> str:
-    return (f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s") + (" (modelled)" if modelled else "")
 
 
 def _options(state: _State) -> list[_Config]:
@@ -376,64 +336,22 @@ def _restrict(sample: RateSample, keep: Collection[Candidate]) -> RateSample:
     )
 
 
-def _buy(value: StartValue) -> str:
-    """ "0.41 tok/s (prose at 1 +0.83%, prose at 4 +0.03%)": in tok/s, and per cell as a share of its rate."""
-    where = ", ".join(f"{w} at {b} +{100 * share:.2f}%" for w, b, _, share in value.by_cell[:3])
-    more = f" and {len(value.by_cell) - 3} more" if len(value.by_cell) > 3 else ""
-    return f"{value.tokens_per_s:.2f} tok/s ({where or 'nothing'}{more})"
-
-
-def _buy_reason(value: StartValue, again: bool, cost_s: float | None, modelled: bool) -> str:
-    """ "k=2 probabilistic: expected to buy 1.20 tok/s (technical at 4 +1.71%) for about 6.1 min"."""
-    what = f"{value.candidate.short_label}{' again' if again else ''}"
-    cost = f" for about {_minutes(cost_s, modelled)}" if cost_s is not None else ""
-    return f"{what}: expected to buy {_buy(value)}{cost}"
-
-
-def _chance(p: float) -> str:
-    """A probability in words a user reads at a glance: whole percent, and never "0%" for a chance that exists."""
-    return "<1%" if 0 < p < 0.005 else f"{100 * p:.0f}%"
-
-
-def _ties(cells: Sequence[CellBelief], tolerance: float, values: Mapping[Candidate, StartValue]) -> tuple[str, ...]:
-    """Per cell: measured rivals no more than the tolerance apart from the pick (either is fine),
-    and rivals that could be more than the tolerance faster, with what a start of each would buy."""
-    out = []
-    for cell in cells:
-        pick = cell_loss(cell, tolerance).pick
-        if pick is None:
-            continue
-        where = f"{cell.workload} at concurrency {cell.concurrency}"
-        rivals = within_tolerance(cell, pick, tolerance)
-        if rivals:
-            names = ", ".join(c.short_label for c in rivals)
-            out.append(
-                f"{where}: {pick.short_label} and {names} are within {100 * tolerance:g}% of each other: either is fine"
-            )
-        for rival in could_be_faster(cell, pick, tolerance)[:2]:
-            value = values.get(rival.candidate)
-            buys = f"; a start of it is expected to buy {100 * value.share:.2f}%" if value is not None else ""
-            out.append(
-                f"{where}: {rival.candidate.short_label} could be up to {100 * rival.most:.1f}% faster than "
-                f"{pick.short_label} (95% upper end; {_chance(rival.chance)} likely to be more than "
-                f"{100 * tolerance:g}% faster){buys}"
-            )
-    return tuple(out)
-
-
 def model_search(
     configs: Sequence[MeasuredConfig],
     workloads: Mapping[str, float],
     *,
     k_max: int,
     noise_prior: Any = None,
+    captured_widths: Sequence[int] = (),
 ) -> dict[str, WorkloadModel]:
     """The report's models of every workload."""
     k_max = study_k_max(configs, k_max)
     out = {}
     for name in workloads:
         try:
-            out[name] = model_workload(configs, name, k_max=k_max, noise_prior=noise_prior)
+            out[name] = model_workload(
+                configs, name, k_max=k_max, noise_prior=noise_prior, captured_widths=captured_widths
+            )
         except FitError:
             continue
     return out

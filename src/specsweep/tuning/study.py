@@ -3,7 +3,7 @@
 The parts it composes: tuning/study_store.py opens or joins the study; tuning/strategy.py (the
 "model" sampler) or optuna's sampler chooses; tuning/claims.py makes sure no two workers measure
 one configuration; tuning/trial.py runs one trial. A duplicate of a measured configuration (the
-same server, tuning/space.py) reuses its figures without a restart.
+same server, tuning/space.py) reuses its figures without a start.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 import optuna
 
 from specsweep.config import StudyConfig
-from specsweep.emulator.profile import load_profile
 from specsweep.engines.registry import EngineInfo, engine_info
 from specsweep.errors import ConfigError
 from specsweep.runtime.client import api_key_from_env
@@ -28,6 +27,7 @@ from specsweep.runtime.measure import thin_levels
 from specsweep.runtime.run_owner import this_run
 from specsweep.runtime.trial_server import read_help_flags
 from specsweep.tuning import records
+from specsweep.tuning.budget import start_budget
 from specsweep.tuning.claims import claim, key_states
 from specsweep.tuning.events import (
     MeasuredElsewhere,
@@ -62,8 +62,8 @@ from specsweep.tuning.storage import (
     has_heartbeats,
     open_storage,
 )
-from specsweep.tuning.strategy import Phase, SearchDecision, decide_next, start_budget
-from specsweep.tuning.study_settings import write_engine_flags
+from specsweep.tuning.strategy import Phase, SearchDecision, decide_next
+from specsweep.tuning.study_settings import stored_max_num_seqs, write_engine_flags
 from specsweep.tuning.study_store import StudyPaths, hold_study, open_study, settings_of
 from specsweep.tuning.study_time import StudyTime, study_time
 from specsweep.tuning.trial import TrialRunner, level_targets
@@ -84,7 +84,7 @@ class StudyOutcome:
     space: Space
     stop_reason: str
     new_trials: int
-    restarts: int
+    starts: int  # server starts this run
     ties: tuple[str, ...] = ()  # leaders the search could not separate, and what would
     time: StudyTime | None = None  # where this run's time went
 
@@ -123,8 +123,6 @@ class StudyRunner:
         # build at hand now, so a setting it cannot express stops the study before any server starts.
         help_flags = read_help_flags(config.server, self.engine)
         check_spec_args(self.space, self.engine, config.source, help_flags=help_flags)
-        if config.server.mode == "emulator":
-            load_profile(config.server.emulator.profile)  # a wrong profile fails here, not in every trial
         workloads: dict[str, Workload] = {name: load_workload(name) for name in config.workloads}
         api_key = api_key_from_env(config.server.api_key_env)
         # One live run per study on local storage: a second one stops here, before it changes anything.
@@ -141,7 +139,8 @@ class StudyRunner:
             ask_user=ask_user, help_flags=help_flags,
         )  # fmt: skip
         write_engine_flags(self.study, help_flags)
-        self.settings = settings_of(config, self.space)
+        # the server's max_num_seqs as a server of this study said it, if one did (else after the first start)
+        self.settings = replace(settings_of(config, self.space), max_num_seqs=stored_max_num_seqs(self.study))
         self.ties: tuple[str, ...] = ()  # leaders the search could not separate (said at its stop)
         self._engine_version: str | None = None  # what the measured server said it is
         self._trial_wall_s = 0.0  # wall clock inside trials this run (the rest is idle)
@@ -159,7 +158,7 @@ class StudyRunner:
         # Configurations that fail in this run (in any worker) are not retried in it.
         before = frozenset(t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished())
         space_keys = set(self.space.distinct_keys())
-        new_trials = restarts = failures = 0
+        new_trials = starts = failures = 0
         stop_reason = ""
         waiting = False
         if self.space.methods_collapsed and len(config.search.draft_sample_method) > 1:
@@ -239,14 +238,14 @@ class StudyRunner:
                 if outcome is TrialOutcome.INVALID:
                     failures += 1
                 elif outcome is TrialOutcome.FAILED:
-                    restarts += 1
+                    starts += 1
                     failures += 1
                     if failures >= config.max_consecutive_failures:
                         last = records.read_trial(self.study.trials[trial.number]).fail_reason
                         stop_reason = f"{failures} trials in a row failed; the last: {last}"
                         break
                 elif outcome is TrialOutcome.MEASURED:
-                    restarts += 1
+                    starts += 1
                     failures = 0
         mine = [t for t in records.read_trials(self.study) if t.number not in before and t.worker == self.worker]
         spent = study_time(
@@ -254,7 +253,7 @@ class StudyRunner:
             trial_wall_s=self._trial_wall_s,
         )  # fmt: skip
         return StudyOutcome(
-            study=self.study, space=self.space, stop_reason=stop_reason, new_trials=new_trials, restarts=restarts,
+            study=self.study, space=self.space, stop_reason=stop_reason, new_trials=new_trials, starts=starts,
             ties=self.ties, time=spent,
         )  # fmt: skip
 
@@ -337,6 +336,8 @@ class StudyRunner:
             self._trial_wall_s += time.monotonic() - trial_started
         check_interrupt()  # a Ctrl-C the measurement swallowed stops the run now, its trial kept
         self._adopt_version(self.trials.engine_version)
+        if self.settings.max_num_seqs is None and self.trials.max_num_seqs is not None:
+            self.settings = replace(self.settings, max_num_seqs=stored_max_num_seqs(self.study))
         return TrialOutcome.FAILED if value is None else TrialOutcome.MEASURED
 
     def _adopt_version(self, version: str | None) -> None:
@@ -374,7 +375,7 @@ class StudyRunner:
             return f"{self.engine.name} has no draft sampling choice: draft_sample_method is not searched."
         return (
             "temperature is 0: greedy and probabilistic drafting are identical there, so draft_sample_method "
-            "is not searched (no restart is spent telling them apart)."
+            "is not searched (no start is spent telling them apart)."
         )
 
     def _queued(self) -> bool:

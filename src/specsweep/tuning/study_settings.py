@@ -26,6 +26,7 @@ def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
         "max_num_seqs": settings.max_num_seqs,
         "tolerance": settings.tolerance,
         "max_itl_p99_s": settings.max_itl_p99_s,
+        "captured_widths": list(settings.captured_widths),
     }
     for name, value in attrs.items():
         study.set_user_attr(name, value)
@@ -59,6 +60,7 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
         engine_version=_engine_version(study),
         engine_flags=frozenset(flags) if flags else None,
         max_itl_p99_s=attrs.get("max_itl_p99_s"),
+        captured_widths=tuple(int(w) for w in attrs.get("captured_widths") or ()),
     )
 
 
@@ -81,6 +83,19 @@ def _engine_version(study: optuna.Study) -> str | None:
         if isinstance(server, dict) and server.get("engine_version"):
             return str(server["engine_version"])
     return None
+
+
+def adopt_max_num_seqs(study: optuna.Study, max_num_seqs: int) -> None:
+    """The most sequences the study's server batches, as a started server gave it, unless the study
+    has it already (the first server to say it sets it, as the first worker creates the study)."""
+    if study.user_attrs.get("max_num_seqs") is None:
+        study.set_user_attr("max_num_seqs", max_num_seqs)
+
+
+def stored_max_num_seqs(study: optuna.Study) -> int | None:
+    """The most sequences the study's server batches, as its storage has it (None: no server said yet)."""
+    value = study.user_attrs.get("max_num_seqs")
+    return int(value) if value is not None else None
 
 
 def write_itl_limit(study: optuna.Study, limit_s: float | None) -> None:

@@ -9,7 +9,6 @@ same study: each creates it if it is missing and joins it otherwise.
 from __future__ import annotations
 
 import re
-import shlex
 import time
 import zlib
 from dataclasses import dataclass
@@ -17,9 +16,8 @@ from pathlib import Path
 
 import optuna
 
-from specsweep.config import ServerConfig, StudyConfig
-from specsweep.emulator.profile import load_profile
-from specsweep.engines.registry import engine_info, max_num_seqs_flag
+from specsweep.config import StudyConfig
+from specsweep.engines.registry import engine_info
 from specsweep.errors import ConfigError
 from specsweep.names import check_name
 from specsweep.runtime.run_owner import RunLock, RunOwner, hold_run_lock, owner_is_dead, this_run
@@ -157,7 +155,9 @@ def _constraints(trial: optuna.trial.FrozenTrial) -> list[float]:
 
 
 def settings_of(config: StudyConfig, space: Space) -> StudySettings:
-    """What the study records about itself when it is created."""
+    """What the study records about itself when it is created. The server's max_num_seqs is not
+    known yet: the first server started says it, or its command's --max-num-seqs does
+    (``TrialRunner`` adopts it, tuning/study_settings.py keeps it)."""
     baseline = None
     if config.search.baseline is not None:
         baseline = space.config_from_params(space.params_for(config.search.baseline))
@@ -171,22 +171,10 @@ def settings_of(config: StudyConfig, space: Space) -> StudySettings:
         engine=config.server.engine,
         temperature=config.measure.temperature,
         config_source=config.source,
-        max_num_seqs=server_max_num_seqs(config.server),
         tolerance=config.tolerance,
         noise_prior=engine_info(config.server.engine).run_noise,
         max_itl_p99_s=config.objective.max_itl_p99_s,
     )
-
-
-def server_max_num_seqs(server: ServerConfig) -> int | None:
-    """The most sequences the study's server batches: its --max-num-seqs flag, or the emulator
-    profile's (None: not known from the config)."""
-    if server.mode == "emulator":
-        flagged = max_num_seqs_flag(server.emulator.extra_args)
-        return flagged or load_profile(server.emulator.profile).max_num_seqs
-    if server.start is None:
-        return None
-    return max_num_seqs_flag(shlex.split(server.start) if isinstance(server.start, str) else server.start)
 
 
 def open_study(

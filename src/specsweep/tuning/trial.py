@@ -21,15 +21,13 @@ import optuna
 from specsweep.analysis.noise import run_to_run_noise
 from specsweep.analysis.stopping import LevelTarget
 from specsweep.analysis.study import measured_rates
-from specsweep.config import ServerConfig, StudyConfig
-from specsweep.emulator.profile import load_profile
+from specsweep.config import StudyConfig
 from specsweep.engines.registry import EngineInfo, engine_info
 from specsweep.errors import LaunchError, SpecsweepError
-from specsweep.runtime.identity import read_server_identity
 from specsweep.runtime.measure import MeasureEvent, Measurement, MeasureSettings, run_measure
 from specsweep.runtime.trial_server import TrialServer, server_secrets
 from specsweep.secrets import mask_text
-from specsweep.tuning import records
+from specsweep.tuning import records, study_settings
 from specsweep.tuning.events import (
     MeasuringWorkload,
     StudyEvent,
@@ -45,14 +43,6 @@ from specsweep.types import EventCallback, LevelFigures, MeasuredConfig, Specula
 from specsweep.workload import Workload
 
 ACCEPTANCE_MIN_REQUESTS = 3  # a drafter's acceptance run collects drafts for every shorter k's fit
-
-
-def emulator_startup_s(server: ServerConfig) -> float:
-    """The emulator's modelled startup: its --startup-seconds, or its profile's."""
-    args = list(server.emulator.extra_args)
-    if "--startup-seconds" in args[:-1]:
-        return float(args[args.index("--startup-seconds") + 1])
-    return load_profile(server.emulator.profile).startup_s
 
 
 def level_targets(
@@ -151,7 +141,7 @@ class TrialRunner:
         self.ask_user = ask_user
         self.help_flags = help_flags  # what the server binary's --help lists (llama.cpp builds differ)
         self.engine_version: str | None = None  # what the last server started said it is
-        self.modelled_boot_s = emulator_startup_s(config.server) if config.server.mode == "emulator" else None
+        self.max_num_seqs: int | None = None  # the most sequences the servers started batch, once one said
 
     def run(
         self,
@@ -183,7 +173,8 @@ class TrialRunner:
             try:
                 started = server.start(spec, trial=number)
             except LaunchError as exc:
-                times = self._times(trial_started, time.monotonic(), {})
+                # no server said what its boot took: the failed one is timed on the clock it would have run on
+                times = self._times(server.clock.seconds(time.monotonic() - trial_started), server.modelled, {})
                 self.fail(study, trial, f"server did not start: {exc}", times)
                 return None
             header |= {
@@ -192,21 +183,21 @@ class TrialRunner:
                 "boot": records.boot_to_stored(started.boot),
             }
             # What the server says it is (engine, version, model): a rig made from this study keeps it.
-            identity = read_server_identity(started.url, self.engine.name)
+            identity = started.identity
             self.engine_version = identity.engine_version or self.engine_version
+            self._adopt_max_num_seqs(study, started.max_num_seqs)
             records.record_boot(
                 trial, argv=tuple(started.argv), startup_s=started.startup_s, boot=started.boot, server=identity
             )
             self.emit(TrialReady(trial=number, startup_s=started.startup_s, boot=started.boot))
-            measuring_started = time.monotonic()
             for name, workload in self.workloads.items():
                 self.emit(MeasuringWorkload(trial=number, workload=name))
-                settings = self._measure_settings(started.url, (targets or {}).get(name))
+                settings = self._measure_settings(started.url, server.api_engine, (targets or {}).get(name))
                 measurements[name] = run_measure(settings, workload, on_event=self._relay(number, name))
                 crashed = server.crashed()
                 if crashed or measurements[name].error:
                     write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
-                    times = self._times(trial_started, measuring_started, measurements)
+                    times = self._times(started.boot_s, started.modelled, measurements)
                     self.fail(study, trial, crashed or f"measurement failed: {measurements[name].stop_line()}", times)
                     return None
         finally:
@@ -214,7 +205,7 @@ class TrialRunner:
                 server.stop()
         # The file first: whatever happens to the trial in the storage from here, the measurement is kept.
         record_file = write_trial_file(self.paths.folder, number, header=header, measurements=measurements)
-        times = self._times(trial_started, measuring_started, measurements)
+        times = self._times(started.boot_s, started.modelled, measurements)
         records.record_times(trial, times)
         results = {
             name: records.level_figures(m, subcategories={p.id: p.subcategory for p in self.workloads[name].prompts})
@@ -244,16 +235,19 @@ class TrialRunner:
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         self.emit(TrialFailed(trial=trial.number, reason=reason))
 
-    def _times(self, started: float, measuring: float, measurements: Mapping[str, Measurement]) -> records.TrialTimes:
-        """Where a trial's time went: booting (until ready) and sending requests (warm-ups and measured
-        windows), in the modelled hardware's seconds on the emulator."""
-        boot = measuring - started
+    def _adopt_max_num_seqs(self, study: optuna.Study, max_num_seqs: int | None) -> None:
+        """The first server that says how many sequences it batches sets the study's (once)."""
+        if max_num_seqs is None or self.max_num_seqs is not None:
+            return
+        self.max_num_seqs = max_num_seqs
+        study_settings.adopt_max_num_seqs(study, max_num_seqs)
+
+    def _times(self, boot_s: float, modelled: bool, measurements: Mapping[str, Measurement]) -> records.TrialTimes:
+        """Where a trial's time went: booting (``boot_s``, until ready, on the server's clock) and sending
+        requests (warm-ups and measured windows, on that clock as the measurement gives them);
+        ``modelled``: that clock is a modelled hardware's."""
         measure = sum(level.measuring_s for m in measurements.values() for level in m.levels)
-        return records.TrialTimes(
-            boot_s=self.modelled_boot_s if self.modelled_boot_s is not None else boot,
-            measure_s=measure,
-            modelled=self.modelled_boot_s is not None,
-        )
+        return records.TrialTimes(boot_s=boot_s, measure_s=measure, modelled=modelled)
 
     def _relay(self, number: int, workload: str) -> EventCallback[MeasureEvent]:
         def relay(event: MeasureEvent) -> None:
@@ -261,12 +255,12 @@ class TrialRunner:
 
         return relay
 
-    def _measure_settings(self, url: str, targets: Mapping[int, LevelTarget] | None) -> MeasureSettings:
+    def _measure_settings(self, url: str, engine: str, targets: Mapping[int, LevelTarget] | None) -> MeasureSettings:
         m = self.config.measure
         return MeasureSettings(
             endpoint=url,
             model=self.config.server.model,
-            engine=self.engine.name if self.engine.name != "emulator" else "vllm",
+            engine=engine,
             api=self.config.server.api,
             concurrency=m.concurrency,
             requests=m.most_requests,

@@ -1,0 +1,277 @@
+"""The fit of the one step model (analysis/step_model.py): variance components by their restricted
+marginal likelihood times their priors, the costs by generalised least squares given them, and the
+knee's place. docs/math.md states each step.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize
+
+from specsweep.analysis.step_model import (
+    GAMMA_PRIOR_SD,
+    MIN_LEVEL_SE,
+    RIDGE_SD,
+    START_PRIOR,
+    TAU_PRIOR,
+    Design,
+    StepObservation,
+    StepPosterior,
+    design_of,
+    mu,
+    padded,
+)
+from specsweep.errors import FitError
+from specsweep.types import RunNoisePrior
+
+
+def fit_step_model(
+    observations: Sequence[StepObservation],
+    *,
+    start_prior: RunNoisePrior | None = None,
+    captured_widths: Sequence[int] = (),
+) -> StepPosterior:
+    """The step model over every observation. FitError when nothing is usable."""
+    usable = [o for o in observations if o.step_time_s > 0 and math.isfinite(o.step_time_s) and o.concurrency >= 1]
+    if not usable:
+        raise FitError("no measured level gives a step time: measure at least one configuration.")
+    prior = start_prior or START_PRIOR
+    methods = tuple(sorted({o.drafter.method for o in usable if o.drafter is not None and o.num_speculative_tokens}))
+    sampled = tuple(
+        m for m in methods
+        if any(o.drafter is not None and o.drafter.method == m and o.drafter.draft_sample_method != "greedy"
+               and o.num_speculative_tokens for o in usable)
+    )  # fmt: skip
+    y = np.log([o.step_time_s for o in usable])
+    se = np.array([max(o.relative_se or 0.0, MIN_LEVEL_SE) for o in usable])
+    starts = sorted({o.start for o in usable})
+    z_start = np.array([[1.0 if o.start == s else 0.0 for s in starts] for o in usable])
+    cells = sorted({o.cell.key: o.cell for o in usable}.values(), key=lambda c: c.key)
+    keys = [c.key for c in cells]
+    z_cell = np.array([[1.0 if o.cell.key == key else 0.0 for key in keys] for o in usable])
+    shares = [o.drafted_share for o in usable]
+    widths = tuple(sorted(set(captured_widths)))
+
+    def fitted(knee: float | None, log_sd: np.ndarray | None = None) -> _Fit:
+        design = design_of([o.cell for o in usable], shares, methods, sampled, widths, knee)
+        return _fit_components(y, se, z_start, z_cell, design, prior, knee, log_sd)
+
+    def score(fit: _Fit) -> float:  # two more parameters with a knee, its place and slope (AIC)
+        return fit.objective + (0.0 if fit.knee is None else 2.0)
+
+    # Where a knee sits: every place between the widths measured ranked by the plain marginal
+    # likelihood at the variance components of the fit without one, the best two refined between
+    # their neighbours, and fitted whole.
+    fit = fitted(None)
+    at = np.log([fit.start_sd, fit.cell_sd])
+    places = [knee for knee in _knees(usable, widths) if knee is not None]
+    for start in sorted(places, key=lambda knee: score(fitted(knee, at)))[:2]:
+        place, i = start, places.index(start)
+        low, high = places[max(i - 1, 0)], places[min(i + 1, len(places) - 1)]
+        if high > low:
+            found = optimize.minimize_scalar(
+                lambda knee: score(fitted(float(knee), at)), bounds=(low, high), method="bounded",
+                options={"xatol": 0.25},
+            )  # fmt: skip
+            place = float(found.x) if score(fitted(float(found.x), at)) < score(fitted(place, at)) else place
+        candidate = fitted(place)
+        if score(candidate) < score(fit):
+            fit = candidate
+    share_of: dict[tuple[int, int, str, str], list[float]] = {}
+    for o in usable:
+        share_of.setdefault(o.cell.key, []).append(o.drafted_share)
+    return StepPosterior(
+        methods=methods,
+        sampled_methods=sampled,
+        captured_widths=widths,
+        knee=fit.knee,
+        theta=fit.theta,
+        gamma=fit.gamma,
+        scale=fit.scale,
+        covariance=fit.covariance,
+        start_sd=fit.start_sd,
+        cell_sd=fit.cell_sd,
+        level_se=float(np.sqrt(np.mean(se**2))),
+        cells=tuple(cells),
+        deviation=fit.deviation,
+        deviation_cov=fit.deviation_cov,
+        gain=fit.gain,
+        observations=tuple(usable),
+        log_times=y,
+        drafted_share={key: float(np.mean(v)) for key, v in share_of.items()},
+        df=max(len(usable) - fit.theta.size - fit.gamma.size, 0),
+    )
+
+
+def _knees(observations: Sequence[StepObservation], widths: Sequence[int]) -> list[float | None]:
+    """Where a knee could sit: none, or at or between the verified widths measured, inside their range."""
+    measured = sorted({padded(o.concurrency * (o.cell.num_speculative_tokens + 1), widths) for o in observations})
+    if len(measured) < 4:
+        return [None]
+    places = sorted({*measured[1:-1], *((a + b) / 2 for a, b in itertools.pairwise(measured))})
+    return [None, *(float(w) for w in places)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Fit:
+    objective: float
+    knee: float | None
+    theta: np.ndarray
+    gamma: np.ndarray
+    scale: np.ndarray
+    covariance: np.ndarray
+    start_sd: float
+    cell_sd: float
+    deviation: np.ndarray
+    deviation_cov: np.ndarray
+    gain: np.ndarray
+
+
+def _fit_components(
+    y: np.ndarray,
+    se: np.ndarray,
+    z_start: np.ndarray,
+    z_cell: np.ndarray,
+    design: Design,
+    prior: RunNoisePrior,
+    knee: float | None,
+    log_sd: np.ndarray | None = None,
+) -> _Fit:
+    """Variance components by their restricted marginal likelihood times their priors; the mean by
+    generalised least squares given them. A part of the step the measurements cannot tell from the
+    others (every level at one concurrency: a sequence's cost from a step's) is left out, at zero
+    cost: the measured cells carry it, and an unmeasured one's deviation carries what it misses."""
+    full = design
+    kept = _independent_columns(full.features)
+    design = Design(full.features[:, kept], full.sampled)
+    scale = np.maximum(design.features.max(axis=0), 1e-12)
+    p = design.features.shape[1]
+    warm: list[np.ndarray] = []
+
+    def covariance(log_sd: np.ndarray) -> np.ndarray:
+        s, t = np.exp(log_sd)
+        v: np.ndarray = s * s * z_start @ z_start.T + t * t * z_cell @ z_cell.T + np.diag(se**2)
+        return v
+
+    def objective(log_sd: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, float]:
+        # restricted (the mean's information in), and plain marginal: only the plain one compares means
+        v = covariance(log_sd)
+        params, info, _ = _gls(y, v, design, scale, warm[-1] if warm else None)
+        warm.append(params)
+        resid = y - np.log(np.maximum(mu(design, params[:p] / scale, params[p:]), 1e-12))
+        _, logdet = np.linalg.slogdet(v)
+        _, logdet_info = np.linalg.slogdet(info / np.outer(*(2 * [np.concatenate([scale, np.ones(params.size - p)])])))
+        value = 0.5 * (resid @ np.linalg.solve(v, resid) + logdet)
+        for sd, belief in ((math.exp(log_sd[0]), prior), (math.exp(log_sd[1]), TAU_PRIOR)):
+            value -= _log_scaled_inv_chi2(sd, belief)
+        return float(value + 0.5 * logdet_info), params, info, float(value)
+
+    if log_sd is None:
+        result = optimize.minimize(
+            lambda z: objective(np.clip(z, math.log(1e-4), 0.0))[0],
+            np.log([prior.relative_sd, TAU_PRIOR.relative_sd]),
+            method="Nelder-Mead",
+            options={"xatol": 0.05, "fatol": 1e-3, "maxiter": 80},
+        )
+        log_sd = result.x
+    log_sd = np.clip(log_sd, math.log(1e-4), 0.0)
+    _, params, info, value = objective(log_sd)
+    theta, gamma = params[:p] / scale, params[p:]
+    v = covariance(log_sd)
+    resid = y - np.log(np.maximum(mu(design, theta, gamma), 1e-12))
+    tau2 = math.exp(2 * log_sd[1])
+    v_inv = np.linalg.inv(v)
+    gain = tau2 * z_cell.T @ v_inv
+    deviation_cov = tau2 * np.eye(z_cell.shape[1]) - tau2 * tau2 * z_cell.T @ v_inv @ z_cell
+    scaled_info = info / np.outer(*(2 * [np.concatenate([scale, np.ones(params.size - p)])]))
+    covariance_params = np.linalg.inv(scaled_info)  # of (theta * scale, gamma): well conditioned
+    # back to every part, the ones left out at zero cost and no spread
+    every = full.features.shape[1]
+    index = np.concatenate([kept, every + np.arange(gamma.size)])
+    covariance_full = np.zeros((every + gamma.size, every + gamma.size))
+    covariance_full[np.ix_(index, index)] = (covariance_params + covariance_params.T) / 2
+    theta_full, scale_full = np.zeros(every), np.ones(every)
+    theta_full[kept], scale_full[kept] = theta, scale
+    return _Fit(
+        objective=value,
+        knee=knee,
+        theta=theta_full,
+        gamma=gamma,
+        scale=scale_full,
+        covariance=covariance_full,
+        start_sd=math.exp(log_sd[0]),
+        cell_sd=math.sqrt(tau2),
+        deviation=gain @ resid,
+        deviation_cov=(deviation_cov + deviation_cov.T) / 2,
+        gain=gain,
+    )
+
+
+def _independent_columns(features: np.ndarray) -> np.ndarray:
+    """The columns, in order, that are not a combination of those before them."""
+    scaled = features / np.maximum(np.abs(features).max(axis=0), 1e-12)
+    kept: list[int] = []
+    for j in range(scaled.shape[1]):
+        trial = scaled[:, [*kept, j]]
+        if np.linalg.matrix_rank(trial, tol=1e-8 * max(1.0, float(np.abs(trial).max()))) > len(kept):
+            kept.append(j)
+    return np.array(kept, dtype=int)
+
+
+def _gls(
+    y: np.ndarray, v: np.ndarray, design: Design, scale: np.ndarray, start: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """theta >= 0 and gamma by Gauss-Newton on log mu against y under covariance v, with theta's
+    ridge (each part a priori within ``RIDGE_SD`` whole steps) and gamma's normal prior; returns
+    them and the information matrix (the Hessian of the criterion) in the features' own units."""
+    x, g = design.features / scale, design.sampled
+    p, q = x.shape[1], g.shape[1]
+    chol = np.linalg.cholesky(np.linalg.inv(v))
+    mean_t = math.exp(float(np.mean(y)))
+    if start is None:
+        start = np.concatenate([[mean_t], np.zeros(p - 1 + q)])
+    params = start.copy()
+    prior_rows = np.vstack([
+        np.column_stack([np.eye(p) / (RIDGE_SD * mean_t), np.zeros((p, q))]),
+        np.column_stack([np.zeros((q, p)), np.eye(q) / GAMMA_PRIOR_SD]),
+    ])  # fmt: skip
+    for _ in range(20):
+        jac = _jacobian(x, g, params, p)
+        target = y - np.log(np.maximum(mu(Design(x, g), params[:p], params[p:]), 1e-12)) + jac @ params
+        new = _bounded_lstsq(
+            np.vstack([chol.T @ jac, prior_rows]), np.concatenate([chol.T @ target, np.zeros(p + q)]), p
+        )
+        done = np.max(np.abs(new - params)) < 1e-7 * (1 + np.max(np.abs(new)))
+        params = new
+        if done:
+            break
+    jac = _jacobian(x, g, params, p)
+    info = jac.T @ np.linalg.solve(v, jac) + prior_rows.T @ prior_rows
+    unscale = np.concatenate([scale, np.ones(q)])  # scaled theta = theta * scale
+    return params, info * np.outer(unscale, unscale), unscale
+
+
+def _jacobian(x: np.ndarray, g: np.ndarray, params: np.ndarray, p: int) -> np.ndarray:
+    """d log mu / d (theta, gamma)."""
+    mu = np.maximum(x @ params[:p], 1e-12)
+    return np.column_stack([x / mu[:, None], g])
+
+
+def _bounded_lstsq(a: np.ndarray, b: np.ndarray, nonneg: int) -> np.ndarray:
+    """Least squares with the first ``nonneg`` coefficients at or above zero."""
+    lower = np.concatenate([np.zeros(nonneg), np.full(a.shape[1] - nonneg, -np.inf)])
+    return np.asarray(optimize.lsq_linear(a, b, bounds=(lower, np.full(a.shape[1], np.inf))).x)
+
+
+def _log_scaled_inv_chi2(sd: float, prior: RunNoisePrior) -> float:
+    """log density of the variance sd^2 under a scaled-inverse-chi-square prior (up to a constant),
+    as a density of log sd."""
+    nu, s2, var = prior.df, prior.relative_sd**2, sd * sd
+    return -(nu / 2) * math.log(var) - nu * s2 / (2 * var)

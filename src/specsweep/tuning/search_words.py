@@ -1,0 +1,57 @@
+"""What the search says of its decisions, in the words the console prints: what a start is
+expected to buy, and the leaders of each cell (within the tolerance, or rivals that could be
+faster). The decisions themselves: tuning/strategy.py; the numbers: analysis/value.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from specsweep.analysis.drafters import Candidate
+from specsweep.analysis.value import CellBelief, StartValue, cell_loss, could_be_faster, within_tolerance
+from specsweep.tuning.budget import minutes
+
+
+def buy(value: StartValue) -> str:
+    """ "0.41 tok/s (prose at 1 +0.83%, prose at 4 +0.03%)": in tok/s, and per cell as a share of its rate."""
+    where = ", ".join(f"{w} at {b} +{100 * share:.2f}%" for w, b, _, share in value.by_cell[:3])
+    more = f" and {len(value.by_cell) - 3} more" if len(value.by_cell) > 3 else ""
+    return f"{value.tokens_per_s:.2f} tok/s ({where or 'nothing'}{more})"
+
+
+def buy_reason(value: StartValue, again: bool, cost_s: float | None, modelled: bool) -> str:
+    """ "k=2 probabilistic: expected to buy 1.20 tok/s (technical at 4 +1.71%) for about 6.1 min"."""
+    what = f"{value.candidate.short_label}{' again' if again else ''}"
+    cost = f" for about {minutes(cost_s, modelled)}" if cost_s is not None else ""
+    return f"{what}: expected to buy {buy(value)}{cost}"
+
+
+def chance(p: float) -> str:
+    """A probability in words a user reads at a glance: whole percent, and never "0%" for a chance that exists."""
+    return "<1%" if 0 < p < 0.005 else f"{100 * p:.0f}%"
+
+
+def ties(cells: Sequence[CellBelief], tolerance: float, values: Mapping[Candidate, StartValue]) -> tuple[str, ...]:
+    """Per cell: measured rivals no more than the tolerance apart from the pick (either is fine),
+    and rivals that could be more than the tolerance faster, with what a start of each would buy."""
+    out = []
+    for cell in cells:
+        pick = cell_loss(cell, tolerance).pick
+        if pick is None:
+            continue
+        where = f"{cell.workload} at concurrency {cell.concurrency}"
+        rivals = within_tolerance(cell, pick, tolerance)
+        if rivals:
+            names = ", ".join(c.short_label for c in rivals)
+            out.append(
+                f"{where}: {pick.short_label} and {names} are within {100 * tolerance:g}% of each other: either is fine"
+            )
+        for rival in could_be_faster(cell, pick, tolerance)[:2]:
+            value = values.get(rival.candidate)
+            buys = f"; a start of it is expected to buy {100 * value.share:.2f}%" if value is not None else ""
+            out.append(
+                f"{where}: {rival.candidate.short_label} could be up to {100 * rival.most:.1f}% faster than "
+                f"{pick.short_label} (95% upper end; {chance(rival.chance)} likely to be more than "
+                f"{100 * tolerance:g}% faster){buys}"
+            )
+    return tuple(out)
