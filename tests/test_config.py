@@ -174,3 +174,28 @@ def test_an_absent_key_gets_the_records_default_or_the_one_given() -> None:
         RecordTable(values={"inner": {"depth": "2"}}, path="outer", record=_Outer, source="f.toml").nested(
             "inner", _Inner
         ).get("depth", int)
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "value", "said"),
+    [
+        ("study", "wall_time_s", 0, "study.wall_time_s must be > 0 seconds (leave it out for no time limit)."),
+        ("study", "wall_time_s", -60, "study.wall_time_s must be > 0 seconds (leave it out for no time limit)."),
+        ("server", "ready_path", "health", 'server.ready_path must be a URL path starting with "/"'),
+        ("server", "ready_path", "", 'server.ready_path must be a URL path starting with "/"'),
+        ("server", "ready_path", "/he alth", 'server.ready_path must be a URL path starting with "/"'),
+    ],
+)
+def test_a_value_no_run_could_use_is_refused_in_one_line_naming_its_key(
+    table: str, key: str, value: object, said: str
+) -> None:
+    data: dict = {"study": {"name": "s"}}
+    data.setdefault(table, {})[key] = value
+    with pytest.raises(ConfigError, match=f"^s\\.toml: {re.escape(said)}") as refused:
+        parse_study_config(data, source="s.toml")
+    assert "\n" not in str(refused.value)
+
+
+def test_a_positive_wall_time_and_a_rooted_ready_path_are_kept() -> None:
+    config = parse_study_config({"study": {"name": "s", "wall_time_s": 90}, "server": {"ready_path": "/v1/models"}})
+    assert config.wall_time_s == 90.0 and config.server.ready_path == "/v1/models"

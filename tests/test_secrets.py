@@ -172,10 +172,13 @@ def test_no_secret_reaches_a_file_or_the_console(tmp_path: Path, start_emulator)
         watch_prometheus=("watch", "--prometheus", f"http://user:{PLANTED['prometheus']}@{host}", "--since", "1h"),
     )  # fmt: skip
     failed = {name for name, run in runs.items() if run.returncode != 0}
-    assert failed == {"watch_prometheus"}, {n: runs[n].stderr for n in failed}
-    # each of them refused in one line, its secret masked, not left out
+    assert failed == {"failed_start", "watch_prometheus"}, {n: runs[n].stderr for n in failed}
+    # each of them refused in one line, its secret masked, not left out (a study that measured
+    # nothing exits 1 with its last trial's reason)
     assert "failed: server did not start" in runs["failed_start"].stdout
     assert "--api-key *** and ***" in runs["failed_start"].stdout
+    assert "measured no configuration" in runs["failed_start"].stderr
+    assert "--api-key *** and ***" in runs["failed_start"].stderr
     assert "http://user:***@" in runs["watch_prometheus"].stderr
     assert "--api-key *** " in runs["dry_run"].stdout and "HF_TOKEN=***" in runs["dry_run"].stdout
     assert "--api-key=***" in runs["dry_run_argv"].stdout

@@ -261,8 +261,10 @@ def test_consecutive_failures_stop_the_study(tmp_path: Path) -> None:
 def test_interrupt_keeps_the_measured_trials_and_resume_finishes(tmp_path: Path) -> None:
     config_file = write_study(
         tmp_path / "s.toml",
-        emulator_study("interrupted", seed=4343, time_scale=100, k=(1, 3), requests=3, max_tokens=300),
-    )
+        # the grid, so the study is still starting servers when Ctrl-C comes (the search may stop sooner)
+        emulator_study("interrupted", seed=4343, time_scale=100, k=(1, 3), requests=3, max_tokens=300,
+                       study={"sampler": "grid"}),
+    )  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "specsweep", "study", "--config", str(config_file)],
         cwd=tmp_path,

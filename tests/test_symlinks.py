@@ -6,6 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
+from specsweep.errors import OutputError
+from specsweep.runtime.run_owner import hold_run_lock
 from specsweep.runtime.store import open_log, write_json_atomic
 
 from .builders import emulator_study, specsweep, write_study
@@ -44,6 +48,20 @@ def test_the_atomic_writers_replace_a_symlink_the_same_way(tmp_path: Path) -> No
     write_json_atomic(record, {"a": 1})
     assert target.read_text(encoding="utf-8") == "not specsweep's\n"
     assert not record.is_symlink()
+
+
+def test_a_run_lock_replaces_a_symlink_and_a_lock_that_cannot_be_made_is_one_error(tmp_path: Path) -> None:
+    target, path = tmp_path / "elsewhere.txt", tmp_path / "studies" / "planted" / "run.lock"
+    plant(path, target)
+    lock = hold_run_lock(path, lambda holder: "in use")
+    try:
+        assert target.read_text(encoding="utf-8") == "not specsweep's\n"
+        assert not path.is_symlink() and b'"pid"' in path.read_bytes()
+    finally:
+        lock.release()
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(OutputError, match="a file is in the way of a folder"):
+        hold_run_lock(tmp_path / "afile" / "run.lock", lambda holder: "in use")
 
 
 def test_a_study_never_appends_to_a_planted_trial_log(tmp_path: Path) -> None:

@@ -147,6 +147,8 @@ def parse_study_config(data: dict[str, Any], *, source: str = "<study>") -> Stud
     if trials is not None and trials < 1:
         raise ConfigError(f"{source}: study.trials must be >= 1.")
     wall = study.get("wall_time_s", float)
+    if wall is not None and wall <= 0:
+        raise ConfigError(f"{source}: study.wall_time_s must be > 0 seconds (leave it out for no time limit).")
     failures = study.get("max_consecutive_failures", int)
     if failures < 1:
         raise ConfigError(f"{source}: study.max_consecutive_failures must be >= 1.")

@@ -116,7 +116,7 @@ def parse_server(table: RecordTable) -> ServerConfig:
         host=table.get("host", str),
         port=port,
         ready_timeout_s=check_positive(ready_timeout, "server.ready_timeout_s", source),
-        ready_path=table.get("ready_path", str),
+        ready_path=_ready_path(table.get("ready_path", str), source),
         stop_grace_s=check_positive(stop_grace, "server.stop_grace_s", source),
         model=table.get("model", str),
         api=api,
@@ -128,6 +128,16 @@ def parse_server(table: RecordTable) -> ServerConfig:
             extra_args=tuple(extra),
         ),
     )
+
+
+def _ready_path(path: str, source: str) -> str:
+    """The readiness path, appended to the server's URL as it is: it starts with "/" and holds no
+    space or control character."""
+    if not path.startswith("/") or any(c.isspace() or not c.isprintable() for c in path):
+        raise ConfigError(
+            f'{source}: server.ready_path must be a URL path starting with "/" and without spaces, e.g. "/health".'
+        )
+    return path
 
 
 def check_positive(value: float, path: str, source: str) -> float:

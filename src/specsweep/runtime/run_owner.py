@@ -18,6 +18,7 @@ run); it is released when the last holder lets go.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -28,8 +29,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specsweep.errors import StudyInUseError
+from specsweep.errors import OutputError, StudyInUseError
 from specsweep.runtime.lease import process_alive, process_start_ticks
+from specsweep.runtime.store import make_folder
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,8 +119,7 @@ def hold_run_lock(path: Path, refusal: Callable[[RunOwner | None], str]) -> RunL
     if held is not None:
         held._holders += 1
         return held
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -132,6 +133,24 @@ def hold_run_lock(path: Path, refusal: Callable[[RunOwner | None], str]) -> RunL
     os.pwrite(fd, json.dumps(this_run().to_stored()).encode(), 0)
     lock = _HELD[path] = RunLock(path, fd)
     return lock
+
+
+def _open_lock_file(path: Path) -> int:
+    """The lock file's descriptor, its folder made if missing (an OutputError naming what cannot
+    be written). A symlink planted at ``path`` is removed and the file made in its place, as the
+    logs and the atomic writers do: the holder's name is never written through a link."""
+    make_folder(path.parent)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        try:
+            return os.open(path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP or not path.is_symlink():
+                raise
+            path.unlink()  # the link itself; whatever it points at is left as it was
+            return os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise OutputError(f"cannot write the lock file {path}: {exc.strerror or exc}.") from None
 
 
 def _read_holder(fd: int) -> RunOwner | None:
