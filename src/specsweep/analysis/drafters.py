@@ -9,7 +9,7 @@ and step time belong to a drafter; k picks a point on its curves.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specsweep.errors import ConfigError
@@ -76,16 +76,6 @@ def drafter_of(spec: SpeculativeConfig | None) -> Drafter | None:
     if fields:
         method += " " + ",".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in sorted(fields.items()))
     return Drafter(method=method, draft_sample_method=spec.draft_sample_method)
-
-
-def lookup_drafters(
-    specs: Iterable[SpeculativeConfig | None], looks_up: Callable[[SpeculativeConfig], bool] | None
-) -> frozenset[Drafter]:
-    """The drafters of ``specs`` that look their drafts up in the text (``looks_up``: the engine's
-    rule, EngineInfo.looks_up; None: an engine not known here, so none): their step time is no line in k."""
-    if looks_up is None:
-        return frozenset()
-    return frozenset(d for s in specs if s is not None and looks_up(s) and (d := drafter_of(s)) is not None)
 
 
 def candidate_of(spec: SpeculativeConfig | None, concurrency: int = 1) -> Candidate:
