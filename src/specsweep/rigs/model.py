@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specsweep.analysis.drafters import Drafter
+from specsweep.analysis.step_model import MIN_LEVEL_SE
 from specsweep.analysis.throughput import ThroughputModel, ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
 
@@ -220,6 +221,9 @@ def fit_rig(levels: Sequence[LevelTiming], *, identity: RigIdentity, shape: Requ
             workload=lv.workload,
             weight=float(lv.requests),
             start=lv.trial if lv.trial is not None else -1,
+            # a mean decode span over the level's requests: far steadier than a rate; its own error
+            # is taken as the least a level's is
+            relative_se=MIN_LEVEL_SE,
         )
         for lv in usable
     ]

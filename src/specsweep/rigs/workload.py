@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from specsweep.analysis.drafters import Candidate, Drafter
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance, point_per_position
 from specsweep.analysis.recommendation import Recommendation, recommend_draft_length
+from specsweep.analysis.step_model import MIN_LEVEL_SE
 from specsweep.analysis.throughput import ThroughputModel, ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
 from specsweep.rigs.model import LevelTiming, Rig
@@ -103,6 +104,9 @@ def workload_model(
                 drafter=lv.drafter,
                 weight=float(lv.requests),
                 start=lv.trial if lv.trial is not None else -1,
+                # a mean decode span over the level's requests: far steadier than a rate; its own error
+                # is taken as the least a level's is
+                relative_se=MIN_LEVEL_SE,
             )
         )
     if not observations:
