@@ -12,7 +12,6 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,18 +30,6 @@ class RunNoise:
     repeated: int  # configurations measured in more than one start
     df: int  # levels beyond the model's parameters
     prior: RunNoisePrior | None = None
-
-    def separating_starts(self, difference: float, *, z: float = 2.8) -> int:
-        """Server starts of each of two configurations that separate a relative ``difference``
-        (z = 2.8: a two-sided 5% test with 80% power)."""
-        if difference <= 0:
-            return 0
-        return max(1, math.ceil(2 * (z * self.relative_sd / difference) ** 2))
-
-    @property
-    def measured(self) -> bool:
-        """Whether the study's own starts inform it, not the prior alone."""
-        return self.starts > 1
 
     @property
     def basis(self) -> str:
