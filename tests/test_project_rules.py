@@ -27,6 +27,14 @@ def installed_tool(name: str) -> str:
     return found or pytest.fail(f"{name} is not installed (pip install -e '.[test]')")
 
 
+def test_every_test_file_a_ci_script_names_exists() -> None:
+    """A script that names a deleted test file runs no tests and fails CI with no reason given."""
+    for script in sorted((ROOT / "scripts").iterdir()):
+        named = re.findall(r"tests/[\w/]+\.py", script.read_text())
+        missing = [path for path in named if not (ROOT / path).is_file()]
+        assert not missing, f"{script.name} names test files that do not exist: {missing}"
+
+
 def test_layer_contracts_hold() -> None:
     """analysis/ and engines/ import no I/O library; layers import downwards only."""
     result = run(installed_tool("lint-imports"), "--no-cache")
