@@ -28,6 +28,11 @@ from specsweep.server_config import (  # noqa: F401 (re-exported: callers name t
 from specsweep.templates import PLACEHOLDERS  # noqa: F401 (re-exported: callers and tests name it here)
 from specsweep.toml_records import NAMES_TABLE, NOT_IN_FILE, RecordTable, record_default, record_keys
 
+# Differences under this share of a rate do not matter: such leaders are "either is fine" and never
+# separated by starts, and an hour of server starts is worth one tolerance of rate. What the one
+# rule that picks (analysis/value.pick) is told when a study file or a command does not say.
+TOLERANCE = 0.01
+
 SAMPLERS = ("model", "grid", "tpe", "random")
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
 
@@ -102,9 +107,7 @@ class StudyConfig:
     wall_time_s: float | None = None
     max_consecutive_failures: int = 3
     heartbeat_s: int = 20  # on a shared database: seconds between a worker's heartbeats
-    # Differences under this share of a rate do not matter: such leaders are "either is fine" and
-    # never separated by starts, and an hour of server starts is worth one tolerance of rate.
-    tolerance: float = 0.01
+    tolerance: float = TOLERANCE
     server: ServerConfig = field(default_factory=ServerConfig)
     search: SearchSpace = field(default_factory=SearchSpace)
     workloads: dict[str, float] = field(default_factory=lambda: {"prose": 1.0}, metadata=NAMES_TABLE)

@@ -15,10 +15,11 @@ second of the window (idle seconds give nothing under every configuration). The 
 every B, so differences between configurations are paired. Several windows combine the same way,
 each weighted by its length, each with its own acceptance.
 
-A per-batch-size table runs the best single k everywhere except at batch sizes where another k
-is better by a paired difference whose interval lies above 0: the table changes only where the
-data tell the k's apart. The choice is the configuration with the highest predicted rate; those
-the data cannot tell from it (their paired difference's interval reaches 0) are named as tied.
+The choice is what the one rule that picks (analysis/value.pick) takes from the paired draws: the
+least expected loss against the tolerance, as a study's recommendation and paste. A per-batch-size
+table runs at each batch size what the rule picks there, and joins the single k's as one more
+configuration the rule chooses among. Those the data cannot tell from the choice (their paired
+difference's interval reaches 0) are named as tied.
 
 Pure: no I/O.
 """
@@ -33,6 +34,8 @@ import numpy as np
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
 from specsweep.analysis.fits import AcceptanceFit, band, point_per_position
 from specsweep.analysis.rates import RateSample, sample_rates
+from specsweep.analysis.value import pick
+from specsweep.config import TOLERANCE
 from specsweep.errors import FitError
 from specsweep.rigs.model import LevelTiming, Rig, fit_rig
 from specsweep.rigs.workload import WorkloadTiming, workload_acceptance_scale, workload_model
@@ -264,6 +267,7 @@ def recommend_for_traffic(
     measured_k: int | None = None,
     allow_table: bool = True,
     confidence: float = 0.95,
+    tolerance: float = TOLERANCE,
 ) -> TrafficRecommendation:
     """The best configuration over one or more windows' predictions, each with its weight (its length).
 
@@ -277,25 +281,19 @@ def recommend_for_traffic(
     rates = [_rate({b: c.num_speculative_tokens for b in combined.points}, col, confidence, measured_k)
              for c, col in zip(candidates, columns, strict=True)]  # fmt: skip
     allowed = [j for j, r in enumerate(rates) if not r.extrapolated] or list(range(len(rates)))
-    j_best = max(allowed, key=lambda j: columns[j][0])
+    j_best, _ = pick(np.column_stack([col[1] for col in columns]), allowed, tolerance)
     best = candidates[j_best]
     picks = {b: best for b in combined.points}
     if allow_table:
-        for batch, point in combined.points.items():
-            rival = max(allowed, key=point.__getitem__)
-            if rival == j_best:
-                continue
-            diff = combined.draws[batch][:, rival] - combined.draws[batch][:, j_best]
-            low, _ = band(diff, np.array(point[rival] - point[j_best]), confidence)
-            if float(low) > 0:
-                picks[batch] = candidates[rival]
+        for batch in combined.points:
+            picks[batch] = candidates[pick(combined.draws[batch], allowed, tolerance)[0]]
     if any(c != best for c in picks.values()):
         columns.append(combined.column(lambda b: picks[b]))
         rates.append(
             _rate({b: c.num_speculative_tokens for b, c in picks.items()}, columns[-1], confidence, measured_k)
         )
         allowed.append(len(rates) - 1)
-    chosen = max(allowed, key=lambda j: rates[j].tokens_per_s)
+    chosen, _ = pick(np.column_stack([col[1] for col in columns]), allowed, tolerance)
     tied = []
     for j, other in enumerate(columns):
         if j == chosen:
