@@ -6,14 +6,18 @@ import json
 import re
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import optuna
 import pytest
 
 from specsweep.analysis.acceptance import expected_tokens_per_step
+from specsweep.analysis.counters import AcceptanceSummary
 from specsweep.analysis.drafters import Drafter
+from specsweep.analysis.levels import level_drafted_share
 from specsweep.analysis.study import analyze_study
+from specsweep.analysis.throughput import study_observations
 from specsweep.config import SearchSpace, parse_study_config
 from specsweep.engines import llamacpp
 from specsweep.engines.registry import USUAL_RUN_NOISE
@@ -23,7 +27,7 @@ from specsweep.tuning.space import OFF_KEY, build_space, config_key
 from specsweep.tuning.strategy import decide_next
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
-from specsweep.types import RunNoisePrior, StudySettings
+from specsweep.types import RequestRecord, RunNoisePrior, StudySettings
 
 from .builders import emulator_study, specsweep, write_study
 from .test_study import true_best
@@ -450,3 +454,33 @@ def test_a_drafter_that_takes_its_top_token_is_predicted_not_measured_at_every_k
         ks.append(decision.params["num_speculative_tokens"])
     assert "every k" not in phases, phases
     assert len(set(ks)) < space.size(), ks
+
+
+def test_a_lookup_level_counts_its_undrafted_steps_from_its_counters() -> None:
+    """Ten requests of 100 tokens decode 990 tokens after their first; the counters saw 200 drafts
+    and 300 accepted tokens (2.5 per drafting step). Each step emits one token plus what it
+    accepted, so the requests took 990 - 300 = 690 steps, of which 200 drafted: a share of 200/690,
+    and 990/690 tokens per step over all of them, which is what the step model's time is built on."""
+    records = [
+        RequestRecord(prompt_id=str(i), started_at=0.0, max_tokens=100, completion_tokens=100) for i in range(10)
+    ]
+    acceptance = AcceptanceSummary(
+        per_position=(0.9, 0.6),
+        conditional=(0.9, 2 / 3),
+        num_drafts=200,
+        mean_acceptance_length=2.5,
+        draft_acceptance_rate=0.75,
+    )
+    summary = SimpleNamespace(acceptance=acceptance, counted_drafts=200.0)
+    share = level_drafted_share(records, summary)  # type: ignore[arg-type]
+    assert share == pytest.approx(200 / 690)
+    always = SimpleNamespace(
+        acceptance=replace(acceptance, num_drafts=396, mean_acceptance_length=2.5), counted_drafts=396
+    )
+    assert level_drafted_share(records, always) is None  # type: ignore[arg-type]  # 396 of 396 steps drafted
+
+    trial = ngram_trial(3, 3)
+    trial.user_attrs["results"]["prose"]["1"] |= {"mean_acceptance_length": 2.5, "drafted_share": share}
+    (observation,) = study_observations([read_trial(trial).measured_config()], "prose")
+    assert observation.tokens_per_step == pytest.approx(990 / 690)
+    assert observation.drafted_share == pytest.approx(200 / 690)

@@ -223,6 +223,9 @@ class LevelFigures:
     # per workload subcategory: requests, tokens, steps (and llama.cpp's drafted, accepted), summed
     # (analysis/levels.acceptance_by_subcategory)
     by_subcategory: dict[str, dict[str, float]] | None = None
+    # the share of decode steps that drafted, for a drafter that drafts only at some steps (a
+    # lookup drafts where the text matches; analysis/levels.level_drafted_share); None: every step
+    drafted_share: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -252,3 +252,53 @@ def acceptance_by_subcategory(
             sums["drafted"] = sums.get("drafted", 0.0) + record.draft_n
             sums["accepted"] = sums.get("accepted", 0.0) + (record.draft_n_accepted or 0)
     return out
+
+
+def tokens_per_step(
+    mean_acceptance_length: float | None, num_drafts: float | None, completion_tokens: Sequence[float]
+) -> float | None:
+    """Tokens per decode step over every step, drafted or not.
+
+    The counters' mean acceptance length, 1 + accepted / drafts, is per drafting step. Drafters
+    that draft only sometimes (n-gram lookup drafts where the text repeats) leave other steps
+    undrafted; each step emits one token plus its accepted drafts, so the requests' M - 1 decode
+    tokens took (M - 1) - accepted steps in all.
+    """
+    if not mean_acceptance_length or not num_drafts:
+        return None
+    accepted = (float(mean_acceptance_length) - 1.0) * float(num_drafts)
+    decode = sum(float(m) - 1.0 for m in completion_tokens)
+    steps = decode - accepted
+    if steps <= 0 or steps < float(num_drafts) * 0.999:
+        return float(mean_acceptance_length)  # every step drafted (or counts from another window): the counters' own
+    return decode / steps
+
+
+def draft_share(
+    num_drafts: float | None, completion_tokens: Sequence[float], per_step: float | None, counted_drafts: float | None
+) -> float | None:
+    """Drafts per decode step: 0 when the counters ran and counted none, None when not known."""
+    if not num_drafts:
+        return 0.0 if counted_drafts == 0 else None
+    decode = sum(float(m) - 1.0 for m in completion_tokens)
+    if not per_step or decode <= 0:
+        return None
+    return min(1.0, float(num_drafts) * per_step / decode)
+
+
+# A drafter whose counted drafts reach this share of its decode steps drafts at every step: the
+# counters' window and the requests' tokens differ by a few percent, not by a tenth.
+EVERY_STEP_SHARE = 0.9
+
+
+def level_drafted_share(records: Sequence[RequestRecord], summary: LevelSummary) -> float | None:
+    """The share of a level's decode steps that drafted, where the counters show a drafter that
+    drafts only at some steps (a lookup that drafts where the text matches); None where every
+    step drafted, or nothing says."""
+    acceptance = summary.acceptance
+    completion = [float(r.completion_tokens or 0) for r in records if r.ok]
+    num_drafts = acceptance.num_drafts if acceptance else None
+    mean_length = acceptance.mean_acceptance_length if acceptance else None
+    per_step = tokens_per_step(mean_length, num_drafts, completion)
+    share = draft_share(num_drafts, completion, per_step, summary.counted_drafts)
+    return None if share is None or share >= EVERY_STEP_SHARE else share

@@ -51,7 +51,9 @@ def sample_rates(
     ``acceptance`` gives each drafter's acceptance for the workload: an AcceptanceFit, or plain
     S_1..S_K taken as exact (no uncertainty, no extrapolation past K). ``acceptance_scale``
     multiplies a drafter's S_1 + ... + S_k at k (a drafter that drafts at some steps only, and
-    at a share that depends on k: see rigs/model.py); a k it does not name keeps 1. Step times
+    at a share that depends on k: see rigs/model.py); a k it does not name takes the share of
+    steps that drafted as the step model has it (measured there, else at the nearest k: 1 for a
+    drafter that drafts at every step), as the counters' S_i are per drafting step. Step times
     are the one step model's joint draws, so differences between candidates are paired.
     ``workload`` is accepted for the callers that name it; the model is the same for every workload."""
     del workload
@@ -69,8 +71,9 @@ def sample_rates(
         top = s_point.size if k_max is None else min(k_max, s_point.size)
         scale_of = (acceptance_scale or {}).get(drafter, {})
         for k in range(max(k_min, 1), top + 1):
-            scale = float(scale_of.get(k, 1.0))
-            candidates.append(Candidate(drafter=drafter, num_speculative_tokens=k))
+            candidate = Candidate(drafter=drafter, num_speculative_tokens=k)
+            scale = float(scale_of[k]) if k in scale_of else model.drafted_share(candidate, concurrency)
+            candidates.append(candidate)
             e_point.append(1.0 + float(np.sum(s_point[:k])) * scale)
             e_columns.append(1.0 + np.sum(s_draws[:, :k], axis=1) * scale)
     if not candidates:

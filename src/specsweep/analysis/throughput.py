@@ -62,12 +62,14 @@ def study_observations(configs: Sequence[MeasuredConfig], workload: str) -> list
             if not rate or rate <= 0:
                 continue
             candidate = candidate_of(config.spec, concurrency)
-            tokens_per_step = 1.0
+            tokens_per_step, share = 1.0, 1.0
             if not candidate.off:
+                share = 1.0 if row.drafted_share is None else row.drafted_share
                 length = row.mean_acceptance_length
-                if not length:
+                if not length and share > 0:
                     continue  # drafted but no acceptance: its step time is unknown
-                tokens_per_step = float(length)
+                # the counters' length is per drafting step; the other steps emit one token
+                tokens_per_step = 1.0 + share * (float(length or 1.0) - 1.0)
             out.append(
                 ThroughputObservation(
                     num_speculative_tokens=candidate.num_speculative_tokens,
@@ -79,6 +81,7 @@ def study_observations(configs: Sequence[MeasuredConfig], workload: str) -> list
                     weight=float(row.requests or 1),
                     start=config.trial,
                     relative_se=row.relative_se,
+                    drafted_share=share,
                 )
             )
     return out
@@ -126,6 +129,10 @@ class ThroughputModel:
             if o.concurrency == concurrency and o.workload == workload and o.candidate == candidate
         ]
         return float(np.mean(rates)) if rates else None
+
+    def drafted_share(self, candidate: Candidate, concurrency: int) -> float:
+        """The share of a candidate's steps that draft, as the step model has it (1: every step)."""
+        return 0.0 if candidate.off else self.posterior.share(cell_of(candidate, concurrency))
 
     def measured(self, candidate: Candidate, concurrency: int) -> bool:
         return self.posterior.measured(cell_of(candidate, concurrency))

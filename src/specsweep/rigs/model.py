@@ -230,38 +230,6 @@ def fit_rig(levels: Sequence[LevelTiming], *, identity: RigIdentity, shape: Requ
     return Rig(identity=identity, shape=shape, levels=usable, model=fit_throughput_model(observations))
 
 
-def tokens_per_step(
-    mean_acceptance_length: float | None, num_drafts: float | None, completion_tokens: Sequence[float]
-) -> float | None:
-    """Tokens per decode step over every step, drafted or not.
-
-    The counters' mean acceptance length, 1 + accepted / drafts, is per drafting step. Drafters
-    that draft only sometimes (n-gram lookup drafts where the text repeats) leave other steps
-    undrafted; each step emits one token plus its accepted drafts, so the requests' M - 1 decode
-    tokens took (M - 1) - accepted steps in all.
-    """
-    if not mean_acceptance_length or not num_drafts:
-        return None
-    accepted = (float(mean_acceptance_length) - 1.0) * float(num_drafts)
-    decode = sum(float(m) - 1.0 for m in completion_tokens)
-    steps = decode - accepted
-    if steps <= 0 or steps < float(num_drafts) * 0.999:
-        return float(mean_acceptance_length)  # every step drafted (or counts from another window): the counters' own
-    return decode / steps
-
-
-def draft_share(
-    num_drafts: float | None, completion_tokens: Sequence[float], per_step: float | None, counted_drafts: float | None
-) -> float | None:
-    """Drafts per decode step: 0 when the counters ran and counted none, None when not known."""
-    if not num_drafts:
-        return 0.0 if counted_drafts == 0 else None
-    decode = sum(float(m) - 1.0 for m in completion_tokens)
-    if not per_step or decode <= 0:
-        return None
-    return min(1.0, float(num_drafts) * per_step / decode)
-
-
 def decode_steps(num_drafts: float, level: LevelTiming | None) -> float:
     """Every decode step of a level: its drafting steps, or more when some steps drafted nothing."""
     if level is None or not num_drafts:

@@ -19,6 +19,7 @@ import optuna
 from specsweep import __version__
 from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, find_drafter
 from specsweep.analysis.fits import AcceptanceFit
+from specsweep.analysis.levels import draft_share, tokens_per_step
 from specsweep.config import ServerConfig
 from specsweep.engines.registry import server_args_without_spec
 from specsweep.errors import ConfigError, FitError
@@ -29,10 +30,8 @@ from specsweep.rigs.model import (
     Rig,
     RigIdentity,
     decode_steps,
-    draft_share,
     fit_rig,
     level_timing,
-    tokens_per_step,
 )
 from specsweep.rigs.workload import (
     RigRecommendation,

@@ -18,7 +18,7 @@ from typing import Any
 
 import optuna
 
-from specsweep.analysis.levels import acceptance_by_subcategory
+from specsweep.analysis.levels import acceptance_by_subcategory, level_drafted_share
 from specsweep.analysis.stopping import estimate_rate
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
@@ -75,6 +75,7 @@ def level_figures(
             itl_p50_s=s.itl.p50_s if s.itl else None,
             itl_p99_s=s.itl.p99_s if s.itl else None,
             by_subcategory=(acceptance_by_subcategory(level.records, subcategories) or None) if subcategories else None,
+            drafted_share=level_drafted_share(level.records, s),
         )
     return out
 
@@ -119,6 +120,7 @@ def _level_from_stored(concurrency: int, row: dict[str, Any]) -> LevelFigures:
         itl_p50_s=row.get("itl_p50_s"),
         itl_p99_s=row.get("itl_p99_s"),
         by_subcategory=row.get("by_subcategory"),
+        drafted_share=row.get("drafted_share"),
     )
 
 
