@@ -105,14 +105,19 @@ def chosen(decision) -> tuple[int, str] | None:
     return decision.params["num_speculative_tokens"], decision.params["draft_sample_method"]
 
 
-def test_speculation_off_first_then_each_drafter_at_its_largest_k() -> None:
+def test_speculation_off_first_then_a_drafter_at_its_largest_k_then_its_sibling_where_a_pick_is() -> None:
+    """Off, then greedy at its largest k (its counters give every shorter draft's acceptance), then
+    probabilistic drafting of the same method at the k greedy's own acceptance is best at (3 here,
+    by the truth's rates): that start is likely a pick, where one at k=5 would not be."""
     first = decide([])
     assert first.phase == "speculation off" and first.key == OFF_KEY
     second = decide(trials_for((0, "off")))
     assert second.phase == "largest k" and chosen(second) == (5, "greedy")
+    assert "acceptance of every shorter draft" in second.reason
     third = decide(trials_for((0, "off"), (5, "greedy")))
-    assert third.phase == "largest k" and chosen(third) == (5, "probabilistic")
-    assert "acceptance of every shorter draft" in third.reason
+    greedy_best = max(range(1, 6), key=lambda k: true_rate(k, "greedy"))
+    assert greedy_best == 3
+    assert third.phase == "other draft sampling" and chosen(third) == (greedy_best, "probabilistic")
 
 
 def run_until_stop(measured: list, *, noise: float, most: int = 12) -> tuple[list, object]:

@@ -8,16 +8,22 @@ concurrency level), counts.
 Order of decisions (docs/search.md), one small function each:
 
 1. speculation off, when the space has it (the floor every drafter's step time is above);
-2. each drafter (draft method and opened fields) at its largest draft length that has not failed:
-   for chain drafters one run at the largest k measures the acceptance of every smaller k;
-3. the start worth most: every untried configuration and every measured one (a repeat) is
+2. the first drafter of each draft method (draft sampling and opened fields set drafters of one
+   method apart) at its largest draft length that has not failed: for chain drafters one run at
+   the largest k measures the acceptance of every smaller k;
+3. each other drafter of a measured method at the longest k any cell is predicted best at, with
+   its measured sibling's acceptance standing in for its own: its counters then measure every
+   position a pick is expected to need, and the start is likely one of the picks (a start at its
+   largest k would measure positions the picks do not run); the positions past it are the decay
+   fit's extrapolation, which the values below weigh;
+4. the start worth most: every untried configuration and every measured one (a repeat) is
    valued by the user's loss it is expected to remove, summed over the cells
    (analysis/value.py), against its cost: this study's mean boot plus its measuring time (the
    study's mean measuring time, scaled by how much slower or faster it is predicted to stream).
    A start is worth it when it is expected to buy ``START_PRICE`` of the tolerance of the cells'
    summed rate for a start of the study's mean cost, in proportion to its own cost; the start
    that buys most per minute goes next;
-4. stop when none is worth it, and never after as many starts as there are configurations to
+5. stop when none is worth it, and never after as many starts as there are configurations to
    measure (the grid's, less any the engine says can never draft).
 
 Before each start the study says which start it is, the most it will make (the cap),
@@ -61,6 +67,7 @@ class Phase(StrEnum):
 
     OFF = "speculation off"
     LARGEST_K = "largest k"
+    SIBLING = "other draft sampling"  # a measured method's other drafter, at the longest k a cell wants
     EVERY_K = "every k"  # chosen by studies stored before the one step model (a lookup drafter's every k)
     WORTH = "worth it"  # its expected gain is worth its cost
     WAIT = "wait"  # another worker is measuring what is needed next
@@ -181,7 +188,12 @@ def _largest_k(state: _State) -> SearchDecision | None:
     for c in state.configs.values():
         if c.drafter is not None and c.key not in state.failed:
             by_drafter.setdefault(c.drafter, []).append(c)
+    first_of_method: dict[str, Drafter] = {}
+    for drafter in sorted(by_drafter):
+        first_of_method.setdefault(drafter.method, drafter)
     for drafter, group in by_drafter.items():
+        if first_of_method[drafter.method] != drafter:
+            continue  # measured where its sibling's picks are (_other_sampling)
         largest = max(group, key=lambda c: c.k)
         done = any(drafter_of(t.spec) == drafter and t.num_speculative_tokens >= largest.k for t in state.measured)
         if largest in state.untried and not done:
@@ -218,6 +230,9 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
             return _decision(state, fallback, Phase.LARGEST_K, reason, **extra)
         return _decision(state, None, Phase.STOP, "every configuration of the space was measured or failed", **extra)
     cells = _cells(models, mconfigs, state, settings, noise)
+    sibling = _other_sampling(state, cells)
+    if sibling is not None:
+        return _decision(state, sibling[0], Phase.SIBLING, sibling[1], **extra)
     options = _options(state)
     values = {v.candidate: v for v in start_values(cells, [c.candidate for c in options], tolerance=settings.tolerance)}
     costs = _costs(cells, options, state.budget)
@@ -251,6 +266,35 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
             + f" must buy {100 * price[top.key]:.2f}%"
         )
     return _decision(state, None, Phase.STOP, reason, **extra)
+
+
+def _other_sampling(state: _State, cells: Sequence[CellBelief]) -> tuple[_Config, str] | None:
+    """A drafter not measured yet whose method was: its first start, at the longest k at which a
+    cell's best predicted rate among its measured siblings' candidates lies (its own acceptance
+    is not known, theirs stands in for it), or its shortest k where every cell is best off."""
+    measured = {drafter_of(t.spec) for t in state.measured if t.num_speculative_tokens}
+    methods = {d.method for d in measured if d is not None}
+    for drafter in sorted({c.drafter for c in state.configs.values() if c.drafter is not None}):
+        if drafter in measured or drafter.method not in methods:
+            continue
+        group = [c for c in state.untried if c.drafter == drafter]
+        if not group or any(state.configs[key].drafter == drafter for key in state.running if key in state.configs):
+            continue
+        wanted = 0
+        for cell in cells:
+            rates = {c: float(r) for c, r in zip(cell.sample.candidates, cell.sample.tokens_per_s, strict=True)}
+            best = max(rates, key=rates.__getitem__, default=None)
+            if best is not None and best.drafter is not None and best.drafter.method == drafter.method:
+                wanted = max(wanted, best.num_speculative_tokens)
+        chosen = min(group, key=lambda c: (abs(c.k - wanted), -c.k)) if wanted else min(group, key=lambda c: c.k)
+        reason = (
+            f"the first start of {drafter.label}: at k={chosen.k}, the longest k a cell is predicted best at "
+            f"with its sibling's acceptance, so its counters measure what the picks run"
+            if wanted
+            else f"the first start of {drafter.label}: at its shortest k, as every cell is predicted best off"
+        )
+        return chosen, reason
+    return None
 
 
 def _costs(cells: Sequence[CellBelief], options: Sequence[_Config], budget: Budget) -> dict[str, float]:
