@@ -171,7 +171,7 @@ def read_graph_flags(argv: Sequence[str]) -> GraphFlags:
         name, eq, inline = arg.partition("=")
         takes_value = name in _VALUE_FLAGS or name.startswith(("--compilation-config.", "-cc."))
         if arg.startswith("-O") and not arg.startswith("-O="):
-            name, eq, inline = "-O", bool(arg[2:]), arg[2:]
+            name, eq, inline = "-O", "=" if arg[2:] else "", arg[2:]
             takes_value = True
         given: str = ""
         if takes_value and eq:
