@@ -196,6 +196,13 @@ REAL_CASES = [
             BatchSizeRange(start=17, end=32, num_speculative_tokens=1),
         )),
     ),
+    (
+        ["--max-num-seqs", "32"],
+        ngram(3, num_speculative_tokens_per_batch_size=(
+            BatchSizeRange(start=1, end=4, num_speculative_tokens=3),
+            BatchSizeRange(start=5, end=32, num_speculative_tokens=0),
+        )),
+    ),
 ]  # fmt: skip
 
 
