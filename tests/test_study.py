@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import httpx
@@ -20,6 +20,8 @@ import pytest
 
 from specsweep.config import parse_study_config
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
+from specsweep.engines import vllm_graphs
+from specsweep.engines.registry import engine_info
 from specsweep.engines.vllm import parse_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.runtime.identity import ServerIdentity, read_identity
@@ -29,7 +31,8 @@ from specsweep.tuning.records import is_repeat
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_settings import read_study_settings, with_server_facts
 from specsweep.tuning.study_store import settings_of, study_paths
-from specsweep.types import BootFacts
+from specsweep.tuning.trial import captured_widths_of
+from specsweep.types import BootFacts, CapturedWidths
 
 from .builders import emulator_study, specsweep, write_study
 from .conftest import print_truth
@@ -240,14 +243,40 @@ def test_the_first_start_gives_the_study_its_servers_captured_widths(
     method = {"method": "eagle3", "model": "bench/eagle3-head"} if profile else {"method": "dspark"}
     config = parse_study_config(small_study(tmp_path, profile=profile, k=(1, 2), search={"fixed": method}))
     runner = StudyRunner(config, study_paths(config, tmp_path))
-    assert runner.settings.captured_widths == ()  # no server said them yet
+    assert not runner.settings.captured_widths  # no server said them yet
     runner.run(max_trials=1)
-    assert runner.settings.captured_widths == widths
+    assert runner.settings.captured_widths == CapturedWidths(every_k=widths)
     assert runner.study.user_attrs["captured_widths"] == list(widths)
-    assert read_study_settings(runner.study).captured_widths == widths
+    assert read_study_settings(runner.study).captured_widths == CapturedWidths(every_k=widths)
     assert runner.settings.max_num_seqs == load_profile(profile or DEFAULT_PROFILE).max_num_seqs
     # a run that continues the study has them before it starts anything
-    assert with_server_facts(settings_of(config, runner.space), runner.study).captured_widths == widths
+    assert with_server_facts(settings_of(config, runner.space), runner.study).captured_widths.every_k == widths
+
+
+def test_a_vllm_server_that_captured_graphs_gives_the_study_its_widths_by_k_from_its_command(tmp_path: Path) -> None:
+    """vLLM does not say its widths; once its log says it captured graphs, its command, version and
+    spec config give them per draft length by vLLM's own rule (engines/vllm_graphs.py, checked
+    against vLLM's code), stored and read back the same. A CPU build's log says nothing of graphs,
+    and no widths are taken; nor from llama.cpp, whose rule is not known."""
+    log = "INFO 12-05 [gpu_model_runner.py:4210] Graph capturing finished in 9 secs, took 0.42 GiB\n"
+    boot = engine_info("vllm").parse_boot_facts(log)
+    assert boot.graphs_captured and not engine_info("vllm").parse_boot_facts("INFO Starting vLLM").graphs_captured
+    argv = ("vllm", "serve", "m", "--max-num-seqs", "8", "--port", "8000", "--speculative-config", "{}")
+    spec = parse_speculative_config('{"method": "eagle3", "model": "h", "num_speculative_tokens": 2}')
+    server = StartedServer(
+        url="http://x", argv=argv, startup_s=60.0, boot=boot, log_path=tmp_path / "log",
+        identity=ServerIdentity(engine="vllm", engine_version="0.33.0", model="m"), max_num_seqs=8,
+    )  # fmt: skip
+    widths = captured_widths_of(engine_info("vllm"), server, spec, "0.33.0", 3)
+    bare = ["m", "--max-num-seqs", "8"]
+    for k in range(4):
+        one = None if k == 0 else replace(spec, num_speculative_tokens=k)
+        assert widths.at(k) == vllm_graphs.captured_widths("0.33.0", bare, one), k
+    assert widths.at(2)[:4] == (3, 6, 9, 12)
+    assert CapturedWidths.from_stored(widths.to_stored()) == widths
+    cpu = replace(server, boot=BootFacts())
+    assert not captured_widths_of(engine_info("vllm"), cpu, spec, "0.33.0", 3)
+    assert not captured_widths_of(engine_info("llama.cpp"), server, spec, "0.33.0", 3)
 
 
 def test_consecutive_failures_stop_the_study(tmp_path: Path) -> None:

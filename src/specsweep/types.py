@@ -184,6 +184,7 @@ class BootFacts:
     max_concurrency: float | None = None
     memory_suggestions: tuple[float, ...] = ()  # per rank, in log order
     fp8_default_kernel_warning: bool = False
+    graphs_captured: bool = False  # the log says the server captured CUDA graphs (vLLM on a GPU)
 
     @property
     def binding_memory_suggestion(self) -> float | None:
@@ -249,6 +250,43 @@ class MeasuredConfig:
         return None if row is None else row.output_tokens_per_s
 
 
+@dataclass(frozen=True, slots=True)
+class CapturedWidths:
+    """The verified widths (tokens one step runs) a server captured graphs for, by draft length: a
+    step of n verified tokens runs the smallest that holds n. The emulator says one set for every
+    k; vLLM rounds its widths to multiples of 1 + k, so they follow from its command per k
+    (engines/vllm_graphs.py). Empty: not known, steps unpadded."""
+
+    every_k: tuple[int, ...] = ()  # at a draft length ``by_k`` does not name
+    by_k: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (k, widths), k = 0: speculation off
+
+    def at(self, k: int) -> tuple[int, ...]:
+        return next((widths for j, widths in self.by_k if j == k), self.every_k)
+
+    def __bool__(self) -> bool:
+        return bool(self.every_k) or any(widths for _, widths in self.by_k)
+
+    def to_stored(self) -> list[int] | dict[str, list[int]]:
+        """A list when one set holds for every k (as studies stored before widths by k), else k -> list."""
+        if not self.by_k:
+            return list(self.every_k)
+        return {"*": list(self.every_k), **{str(k): list(widths) for k, widths in self.by_k}}
+
+    @classmethod
+    def from_stored(cls, value: object) -> CapturedWidths:
+        """What ``to_stored`` wrote (anything else: none known)."""
+
+        def widths(v: object) -> tuple[int, ...]:
+            if not isinstance(v, list | tuple):
+                return ()
+            return tuple(sorted({int(w) for w in v if isinstance(w, int | float) and w >= 1}))
+
+        if isinstance(value, dict):
+            by_k = tuple(sorted((int(k), widths(v)) for k, v in value.items() if str(k).isdigit()))
+            return cls(every_k=widths(value.get("*")), by_k=by_k)
+        return cls(every_k=widths(value))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunNoisePrior:
     """What server starts of an engine usually vary by (relative sd of a measured rate), and how
@@ -284,8 +322,8 @@ class StudySettings:
     engine_version: str | None = None  # what the measured server said of itself (its vocabulary)
     engine_flags: frozenset[str] | None = None  # the flag names the server binary's --help listed (llama.cpp)
     max_itl_p99_s: float | None = None  # a latency target the recommendation keeps to (analysis/latency.py)
-    # the verified widths the server captured graphs for, as it said (empty: not known; steps unpadded)
-    captured_widths: tuple[int, ...] = ()
+    # the verified widths the server captured graphs for, per draft length (empty: not known; steps unpadded)
+    captured_widths: CapturedWidths = CapturedWidths()
 
     @property
     def workloads(self) -> tuple[str, ...]:

@@ -29,14 +29,14 @@ from specsweep.analysis.step_model import (
     padded,
 )
 from specsweep.errors import FitError
-from specsweep.types import RunNoisePrior
+from specsweep.types import CapturedWidths, RunNoisePrior
 
 
 def fit_step_model(
     observations: Sequence[StepObservation],
     *,
     start_prior: RunNoisePrior | None = None,
-    captured_widths: Sequence[int] = (),
+    captured_widths: CapturedWidths = CapturedWidths(),
 ) -> StepPosterior:
     """The step model over every observation. FitError when nothing is usable."""
     usable = [o for o in observations if o.step_time_s > 0 and math.isfinite(o.step_time_s) and o.concurrency >= 1]
@@ -59,7 +59,7 @@ def fit_step_model(
     keys = [c.key for c in cells]
     z_cell = np.array([[1.0 if o.cell.key == key else 0.0 for key in keys] for o in usable])
     shares = [o.drafted_share for o in usable]
-    widths = tuple(sorted(set(captured_widths)))
+    widths = captured_widths
 
     def fitted(knee: float | None, log_sd: np.ndarray | None = None) -> _Fit:
         design = design_of([o.cell for o in usable], shares, methods, sampled, widths, knee)
@@ -112,9 +112,10 @@ def fit_step_model(
     )
 
 
-def _knees(observations: Sequence[StepObservation], widths: Sequence[int]) -> list[float | None]:
+def _knees(observations: Sequence[StepObservation], widths: CapturedWidths) -> list[float | None]:
     """Where a knee could sit: none, or at or between the verified widths measured, inside their range."""
-    measured = sorted({padded(o.concurrency * (o.cell.num_speculative_tokens + 1), widths) for o in observations})
+    measured = sorted({padded(o.concurrency * (k + 1), widths.at(k)) for o in observations
+                       for k in [o.cell.num_speculative_tokens]})  # fmt: skip
     if len(measured) < 4:
         return [None]
     places = sorted({*measured[1:-1], *((a + b) / 2 for a, b in itertools.pairwise(measured))})

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specsweep.analysis.drafters import Drafter
-from specsweep.types import RunNoisePrior
+from specsweep.types import CapturedWidths, RunNoisePrior
 
 TAU_PRIOR = RunNoisePrior(
     relative_sd=0.02, df=2, source="a 12% pad at the far draft length misses a line by up to 2% at the short ones"
@@ -99,7 +99,7 @@ class StepPosterior:
 
     methods: tuple[str, ...]
     sampled_methods: tuple[str, ...]  # methods with a probabilistic factor
-    captured_widths: tuple[int, ...]
+    captured_widths: CapturedWidths
     knee: float | None
     theta: np.ndarray
     gamma: np.ndarray
@@ -216,7 +216,7 @@ def design_of(
     shares: Sequence[float],
     methods: Sequence[str],
     sampled_methods: Sequence[str],
-    widths: Sequence[int],
+    widths: CapturedWidths,
     knee: float | None,
 ) -> Design:
     """Per step: 1 (the weights read), B (each sequence's own work), the tokens verified beyond one
@@ -225,7 +225,7 @@ def design_of(
     rows, flags = [], []
     for cell, share in zip(cells, shares, strict=True):
         b, k = cell.concurrency, cell.num_speculative_tokens
-        width = float(padded(math.ceil(b * (1 + k * share) - 1e-9), widths))
+        width = float(padded(math.ceil(b * (1 + k * share) - 1e-9), widths.at(k)))
         row = [1.0, float(b), width - b, *([max(width - knee, 0.0)] if knee is not None else [])]
         for m in methods:
             on = cell.drafter is not None and cell.drafter.method == m and k > 0

@@ -31,7 +31,14 @@ from specsweep.analysis.recommendation import Recommendation, recommend_draft_le
 from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
 from specsweep.analysis.throughput import ThroughputModel, fit_throughput_model, study_observations
 from specsweep.errors import FitError
-from specsweep.types import LevelFigures, MeasuredConfig, RunNoisePrior, SpeculativeConfig, StudySettings
+from specsweep.types import (
+    CapturedWidths,
+    LevelFigures,
+    MeasuredConfig,
+    RunNoisePrior,
+    SpeculativeConfig,
+    StudySettings,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,7 +75,7 @@ def model_workload(
     draws: int = 400,
     seed: int = 0,
     noise_prior: RunNoisePrior | None = None,
-    captured_widths: Sequence[int] = (),
+    captured_widths: CapturedWidths = CapturedWidths(),
 ) -> WorkloadModel:
     """The acceptance fits and the step model of one workload, from the feasible configurations;
     the start effect is drawn toward the engine's ``noise_prior`` (analysis/noise.py), and steps
@@ -143,7 +150,7 @@ def analyze_study(
     table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
     max_itl_p99_s: float | None = None,
     idle: Collection[Candidate] = (),
-    captured_widths: Sequence[int] = (),
+    captured_widths: CapturedWidths = CapturedWidths(),
 ) -> StudyAnalysis:
     """Fit, model and recommend for every workload and concurrency level a study measured.
 

@@ -23,7 +23,7 @@ from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of
 from specsweep.analysis.step_fit import fit_step_model
 from specsweep.analysis.step_model import Cell, StepObservation, StepPosterior
 from specsweep.errors import FitError
-from specsweep.types import MeasuredConfig, RunNoisePrior
+from specsweep.types import CapturedWidths, MeasuredConfig, RunNoisePrior
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,7 +152,7 @@ class ThroughputModel:
                 m: math.exp(float(g)) for m, g in zip(posterior.sampled_methods, posterior.gamma, strict=True)
             },
             "knee_tokens": posterior.knee,
-            "captured_widths": list(posterior.captured_widths),
+            "captured_widths": posterior.captured_widths.to_stored(),
             "start_sd": posterior.start_sd,
             "cell_sd": posterior.cell_sd,
             "run_sd": posterior.run_sd,
@@ -164,7 +164,7 @@ def fit_throughput_model(
     observations: Sequence[ThroughputObservation],
     *,
     start_prior: RunNoisePrior | None = None,
-    captured_widths: Sequence[int] = (),
+    captured_widths: CapturedWidths = CapturedWidths(),
 ) -> ThroughputModel:
     """The one step model from measured rates. FitError when nothing is usable."""
     usable = []
@@ -208,12 +208,20 @@ def part_names(posterior: StepPosterior) -> list[str]:
     return names
 
 
+def _widths_words(widths: CapturedWidths) -> str:
+    if not widths.by_k:
+        return str(list(widths.every_k))
+    return "; ".join(f"at k={k} {list(w[:6])}{'...' if len(w) > 6 else ''}" for k, w in widths.by_k)
+
+
 def describe(posterior: StepPosterior) -> str:
     """What the step model found, in one sentence."""
     parts = [f"{1000 * t:.3f} ms a {name}" for name, t in zip(part_names(posterior), posterior.theta, strict=True)]
     for method, gamma in zip(posterior.sampled_methods, posterior.gamma, strict=True):
         parts.append(f"{method} probabilistic steps x{math.exp(gamma):.3f}")
-    widths = f"; padded to captured widths {list(posterior.captured_widths)}" if posterior.captured_widths else ""
+    widths = (
+        f"; padded to captured widths {_widths_words(posterior.captured_widths)}" if posterior.captured_widths else ""
+    )
     return (
         f"one step model over {len(posterior.observations)} levels of {len({o.start for o in posterior.observations})} "
         f"starts: {', '.join(parts)}{widths}; starts vary by {100 * posterior.start_sd:.1f}%, a configuration "

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from specsweep.engines import llamacpp, sglang, vllm
+from specsweep.engines import llamacpp, sglang, vllm, vllm_graphs
 from specsweep.errors import ConfigError
 from specsweep.secrets import mask_argv
 from specsweep.templates import SHELLS
@@ -59,6 +59,11 @@ class EngineInfo:
     context_flags: tuple[str, ...] = vllm.CONTEXT_FLAGS
     # The line to say when a server's version is not one whose vocabulary specsweep knows.
     vocabulary_note: Callable[[str | None], str | None] = lambda version: None
+    # The widths a server that captured graphs has them for, from (version, argv without the spec
+    # config, spec config): None where the engine's rule is not known.
+    graph_widths: Callable[[str | None, Sequence[str], SpeculativeConfig | None], tuple[int, ...] | None] = (
+        lambda version, argv, spec: None
+    )
 
     def spec_args(self, spec: SpeculativeConfig | None, *, help_flags: frozenset[str] | None = None) -> list[str]:
         """The engine's flags for ``spec``; ``help_flags``: what the server binary's --help lists, if read."""
@@ -77,6 +82,7 @@ _VLLM = EngineInfo(
     waiting_gauge=vllm.NUM_REQUESTS_WAITING,
     finished_requests=vllm.REQUEST_SUCCESS + "_total",
     per_batch_size_tables=True,
+    graph_widths=vllm_graphs.captured_widths,
 )
 
 ENGINES = {

@@ -360,6 +360,8 @@ _KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 _MAX_CONCURRENCY = re.compile(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x")
 _SUGGESTION = re.compile(r"is equivalent to --gpu-memory-utilization=([\d.]+)")
 _FP8_WARNING = "Using default W8A8 Block FP8 kernel config"
+# logged once CUDA graphs are captured (v1/worker/gpu_model_runner.py; a CPU build captures none)
+_GRAPHS_CAPTURED = "Graph capturing finished"
 
 
 def parse_boot_facts(log: str) -> BootFacts:
@@ -374,4 +376,5 @@ def parse_boot_facts(log: str) -> BootFacts:
         max_concurrency=float(concurrency.group(1)) if concurrency else None,
         memory_suggestions=tuple(float(x) for x in _SUGGESTION.findall(log)),
         fp8_default_kernel_warning=_FP8_WARNING in log,
+        graphs_captured=_GRAPHS_CAPTURED in log,
     )

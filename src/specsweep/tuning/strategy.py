@@ -53,7 +53,7 @@ from specsweep.tuning.budget import Budget, minutes, start_budget
 from specsweep.tuning.records import TrialRecord
 from specsweep.tuning.search_words import buy, buy_reason, ties
 from specsweep.tuning.space import OFF_KEY, Space, config_key
-from specsweep.types import MeasuredConfig, StudySettings
+from specsweep.types import CapturedWidths, MeasuredConfig, StudySettings
 
 DRAWS = 400  # joint rate draws per cell the values are computed on
 MAX_STARTS = 3  # server starts of one configuration, repeats included
@@ -386,7 +386,7 @@ def model_search(
     *,
     k_max: int,
     noise_prior: Any = None,
-    captured_widths: Sequence[int] = (),
+    captured_widths: CapturedWidths = CapturedWidths(),
 ) -> dict[str, WorkloadModel]:
     """The report's models of every workload."""
     k_max = study_k_max(configs, k_max)

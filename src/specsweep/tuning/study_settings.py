@@ -13,7 +13,7 @@ import optuna
 from specsweep.engines.registry import known_engine
 from specsweep.tuning.records import measured_configs, spec_from_json
 from specsweep.tuning.space import OFF_KEY
-from specsweep.types import MeasuredConfig, RunNoisePrior, StudySettings
+from specsweep.types import CapturedWidths, MeasuredConfig, RunNoisePrior, StudySettings
 
 
 def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
@@ -28,7 +28,7 @@ def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
         "max_num_seqs": settings.max_num_seqs,
         "tolerance": settings.tolerance,
         "max_itl_p99_s": settings.max_itl_p99_s,
-        "captured_widths": list(settings.captured_widths),
+        "captured_widths": settings.captured_widths.to_stored(),
     }
     for name, value in attrs.items():
         study.set_user_attr(name, value)
@@ -100,17 +100,17 @@ def stored_max_num_seqs(study: optuna.Study) -> int | None:
     return int(value) if value is not None else None
 
 
-def adopt_captured_widths(study: optuna.Study, widths: tuple[int, ...]) -> None:
+def adopt_captured_widths(study: optuna.Study, widths: CapturedWidths) -> None:
     """The verified widths the study's server captured graphs for, as a started server gave them,
     unless the study has them already (the first server to say them sets them)."""
     if widths and not study.user_attrs.get("captured_widths"):
-        study.set_user_attr("captured_widths", list(widths))
+        study.set_user_attr("captured_widths", widths.to_stored())
 
 
-def stored_captured_widths(study: optuna.Study) -> tuple[int, ...]:
+def stored_captured_widths(study: optuna.Study) -> CapturedWidths:
     """The verified widths the study's server captured graphs for, as its storage has them (empty:
     no server said them yet, or none does)."""
-    return tuple(int(w) for w in study.user_attrs.get("captured_widths") or ())
+    return CapturedWidths.from_stored(study.user_attrs.get("captured_widths"))
 
 
 def with_server_facts(settings: StudySettings, study: optuna.Study) -> StudySettings:

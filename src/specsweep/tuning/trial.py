@@ -13,7 +13,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import optuna
@@ -22,10 +22,10 @@ from specsweep.analysis.noise import run_to_run_noise
 from specsweep.analysis.stopping import LevelTarget
 from specsweep.analysis.study import measured_rates
 from specsweep.config import StudyConfig
-from specsweep.engines.registry import EngineInfo, engine_info
-from specsweep.errors import LaunchError, SpecsweepError
+from specsweep.engines.registry import EngineInfo, engine_info, server_args_without_spec
+from specsweep.errors import ConfigError, LaunchError, SpecsweepError
 from specsweep.runtime.measure import MeasureEvent, Measurement, MeasureSettings, run_measure
-from specsweep.runtime.trial_server import TrialServer, server_secrets
+from specsweep.runtime.trial_server import StartedServer, TrialServer, server_secrets
 from specsweep.secrets import mask_text
 from specsweep.tuning import records, study_settings
 from specsweep.tuning.events import (
@@ -39,7 +39,7 @@ from specsweep.tuning.events import (
 )
 from specsweep.tuning.study_store import StudyPaths
 from specsweep.tuning.trial_files import write_trial_file
-from specsweep.types import EventCallback, LevelFigures, MeasuredConfig, SpeculativeConfig
+from specsweep.types import CapturedWidths, EventCallback, LevelFigures, MeasuredConfig, SpeculativeConfig
 from specsweep.workload import Workload
 
 ACCEPTANCE_MIN_REQUESTS = 3  # a drafter's acceptance run collects drafts for every shorter k's fit
@@ -114,6 +114,29 @@ def trial_objective(config: StudyConfig, results: dict[str, dict[int, LevelFigur
     return Objective(value=total / weight_sum, constraints=constraints, reason=None)
 
 
+def captured_widths_of(
+    engine: EngineInfo, started: StartedServer, spec: SpeculativeConfig | None, version: str | None, k_max: int
+) -> CapturedWidths:
+    """What a started server captured graphs for: as it says (the emulator), else, once its log
+    says it captured graphs, per draft length 0..``k_max`` from its engine's rule for its command,
+    version and spec config with each k (engines/vllm_graphs.py for vLLM). Empty where neither
+    says (a CPU build, llama.cpp, SGLang; or a first start with speculation off)."""
+    if started.captured_widths or not started.boot.graphs_captured or spec is None:
+        return CapturedWidths(every_k=started.captured_widths)
+    argv = server_args_without_spec(engine.name, started.argv)
+    by_k = []
+    for k in range(0, k_max + 1):
+        one = None if k == 0 else replace(spec, num_speculative_tokens=k, num_speculative_tokens_per_batch_size=None)
+        try:
+            widths = engine.graph_widths(version, argv, one)
+        except ConfigError:
+            widths = None
+        if widths is None:
+            return CapturedWidths()  # the engine's rule does not say them all: steps unpadded
+        by_k.append((k, widths))
+    return CapturedWidths(by_k=tuple(by_k))
+
+
 class TrialRunner:
     """Runs trials of one study: everything a trial needs that does not change between them."""
 
@@ -142,7 +165,7 @@ class TrialRunner:
         self.help_flags = help_flags  # what the server binary's --help lists (llama.cpp builds differ)
         self.engine_version: str | None = None  # what the last server started said it is
         self.max_num_seqs: int | None = None  # the most sequences the servers started batch, once one said
-        self.captured_widths: tuple[int, ...] = ()  # the verified widths they captured graphs for, once one said
+        self.captured_widths = CapturedWidths()  # the verified widths they captured graphs for, once known
 
     def run(
         self,
@@ -187,7 +210,12 @@ class TrialRunner:
             identity = started.identity
             self.engine_version = identity.engine_version or self.engine_version
             self._adopt_max_num_seqs(study, started.max_num_seqs)
-            self._adopt_captured_widths(study, started.captured_widths)
+            self._adopt_captured_widths(
+                study,
+                captured_widths_of(
+                    self.engine, started, spec, self.engine_version, self.config.search.num_speculative_tokens[1]
+                ),
+            )
             records.record_boot(
                 trial, argv=tuple(started.argv), startup_s=started.startup_s, boot=started.boot, server=identity
             )
@@ -244,7 +272,7 @@ class TrialRunner:
         self.max_num_seqs = max_num_seqs
         study_settings.adopt_max_num_seqs(study, max_num_seqs)
 
-    def _adopt_captured_widths(self, study: optuna.Study, widths: tuple[int, ...]) -> None:
+    def _adopt_captured_widths(self, study: optuna.Study, widths: CapturedWidths) -> None:
         """The first server that says the widths it captured graphs for sets the study's (once):
         the search's next decision and the report pad each step to them."""
         if not widths or self.captured_widths:
