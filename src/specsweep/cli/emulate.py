@@ -19,6 +19,16 @@ from specsweep.engines.vllm import parse_speculative_config
 from specsweep.errors import ConfigError
 
 
+def check_contexts(value: str | None) -> str | None:
+    """A ``--context`` value such as ``1024,16384``: prompt lengths in tokens, whole numbers >= 1, no repeats."""
+    if value is not None:
+        try:
+            parse_concurrency(value, flag="--context")
+        except ConfigError as exc:
+            raise typer.BadParameter(str(exc).replace("e.g. 1,4", "e.g. 1024,16384")) from None
+    return value
+
+
 def emulate(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
     port: int = typer.Option(8000, min=1, max=65535, help="Port to listen on."),
@@ -51,6 +61,12 @@ def emulate(
     max_tokens: int = typer.Option(600, min=1, help="With --print-truth: max_tokens of each request."),
     prompt_tokens: int = typer.Option(
         None, min=1, help="With --print-truth: prompt tokens per request (default: the bundled workload's mean)."
+    ),
+    context: str = typer.Option(
+        None,
+        callback=check_contexts,
+        help="With --print-truth: the truth at each of these prompt lengths in tokens, e.g. 1024,16384 "
+        "(a JSON object keyed by each).",
     ),
     trace: Path = typer.Option(None, help="Append each stream's chunk write times (JSON lines) to this file."),
     list_profiles: bool = typer.Option(False, "--list-profiles", help="List the bundled profiles and exit."),
@@ -151,12 +167,31 @@ def emulate(
         json.dump({"schedule": schedule.name, "temperature": temp, "windows": rows}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
+    if context is not None and (not print_truth or schedule is not None or prompt_tokens is not None):
+        raise ConfigError(
+            "--context goes with --print-truth alone (not with --traffic or --prompt-tokens): "
+            "a served request's context is its own prompt."
+        )
     if print_truth:
         levels = parse_concurrency(concurrency)
         temp = rig.reference_temperature if temperature is None else temperature
-        prompts = {name: prompt_tokens or workload_prompt_tokens(name) for name in rig.classes}
-        truth = compute_truth(rig, spec, temp, levels, max_tokens=max_tokens, prompt_tokens=prompts)
-        json.dump({name: asdict(value) for name, value in truth.items()}, sys.stdout, indent=2)
+        if context is None:
+            prompts = {name: prompt_tokens or workload_prompt_tokens(name) for name in rig.classes}
+            truth = compute_truth(rig, spec, temp, levels, max_tokens=max_tokens, prompt_tokens=prompts)
+            json.dump({name: asdict(value) for name, value in truth.items()}, sys.stdout, indent=2)
+        else:
+            by_context = {}
+            for tokens in parse_concurrency(context, flag="--context"):
+                if tokens + max_tokens > rig.max_model_len:
+                    raise ConfigError(
+                        f"--context {tokens} with --max-tokens {max_tokens} passes the profile's "
+                        f"max_model_len ({rig.max_model_len}); the server would refuse such a request."
+                    )
+                truth = compute_truth(
+                    rig, spec, temp, levels, max_tokens=max_tokens, prompt_tokens=dict.fromkeys(rig.classes, tokens)
+                )
+                by_context[str(tokens)] = {name: asdict(value) for name, value in truth.items()}
+            json.dump(by_context, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return
     settings = EmulatorSettings(

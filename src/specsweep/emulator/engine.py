@@ -28,6 +28,8 @@ from specsweep.emulator.profile import Profile
 from specsweep.engines import vllm
 from specsweep.types import SpeculativeConfig
 
+CONTEXT_STEP = 64  # tokens: the resolution of a lookup drafter's acceptance by context
+
 
 @dataclass(frozen=True, slots=True)
 class Emission:
@@ -110,7 +112,11 @@ class Engine:
         self._prefilling = 0  # admitted this step: their prefill runs in it, as vLLM's running requests
         self._wakeup = asyncio.Event()
         self._next_id = 0
-        self._cdfs: dict[tuple[str, float, int], list[float]] = {}
+        self._cdfs: dict[tuple[str, float, int, int], list[float]] = {}
+        # Only a lookup drafter's acceptance depends on the context: then each sequence's curve is
+        # taken at its context rounded to CONTEXT_STEP tokens (so curves can be kept), else at none.
+        lookup = spec is not None and not vllm.drafts_from_a_distribution(spec)
+        self._by_context = lookup and profile.context.lookup_logit_slope > 0
 
     # -- requests -------------------------------------------------------------------------
     def tokens_in_cache(self, draft_tokens: int) -> int:
@@ -189,7 +195,8 @@ class Engine:
                     admitted.append(seq)
             batch = len(self._running)
             k = self.spec.k_for_batch_size(batch) if self.spec and batch else 0
-            modelled = step_time_s(self.profile, self.spec, k, batch) * self._variation()
+            context = sum(s.prompt_tokens + s.generated for s in self._running)
+            modelled = step_time_s(self.profile, self.spec, k, batch, context) * self._variation()
             jitter = self.profile.timing.jitter
             if jitter and modelled:
                 modelled *= math.exp(self._rng.gauss(0.0, jitter) - jitter * jitter / 2)
@@ -245,10 +252,13 @@ class Engine:
         self._running = still
 
     def _cumulative(self, seq: Sequence, k: int) -> list[float]:
-        key = (seq.content_class, seq.temperature, k)
+        context = round((seq.prompt_tokens + seq.generated) / CONTEXT_STEP) * CONTEXT_STEP if self._by_context else 0
+        key = (seq.content_class, seq.temperature, k, context)
         cdf = self._cdfs.get(key)
         if cdf is None:
-            curve = acceptance_curve(self.profile, seq.content_class, self.spec, seq.temperature, k)
+            curve = acceptance_curve(
+                self.profile, seq.content_class, self.spec, seq.temperature, k, context_tokens=context
+            )
             cdf = list(accumulate(accepted_length_distribution(curve)))[:-1]
             self._cdfs[key] = cdf
         return cdf

@@ -13,7 +13,17 @@ rates, as vLLM does. Each verification step draws A (accepted drafts) independen
 P(A >= i) = S_i exactly.
 
 Timing. One engine step decodes every running sequence together and takes
-StepTiming's T(k, B) modelled seconds; a step that admits new requests also pays their prefill.
+StepTiming's T(k, B) modelled seconds at no context; with a profile's ``[context]`` figures
+(``emulator/context.py``) it also reads each sequence's KV cache, and a drafter that scans the
+context reads it again:
+
+    T(k, B, L_1..L_B) = max(T(k, B), weight_bytes / bandwidth)
+                        + sum(L_i) * (kv_bytes_per_token + scan_bytes_per_token * passes(k)) / bandwidth
+
+with passes(k) = k for a drafter that reads the context per draft position, 1 for one that reads
+it once per step, 0 at k = 0 or for a drafter that does not scan. A step that admits new requests
+also pays their prefill. A lookup drafter's conditional rates gain
+``lookup_logit_slope * log2(L / lookup_reference_tokens)`` on the logit scale above the reference.
 """
 
 from __future__ import annotations
@@ -52,8 +62,11 @@ def acceptance_curve(
     spec: SpeculativeConfig | None,
     temperature: float,
     k: int | None = None,
+    *,
+    context_tokens: float = 0.0,
 ) -> list[float]:
-    """S_1..S_k for one content class under a spec config at a sampling temperature."""
+    """S_1..S_k for one content class under a spec config at a sampling temperature, for a sequence
+    whose context is ``context_tokens`` (only a lookup drafter's acceptance depends on it)."""
     if spec is None or not spec.num_speculative_tokens:
         return []
     k = spec.num_speculative_tokens if k is None else k
@@ -66,6 +79,8 @@ def acceptance_curve(
     shift = -profile.temperature_logit_slope * (temperature - profile.reference_temperature)
     if drafting_method(spec) == "greedy":
         shift -= profile.greedy_logit_penalty * temperature
+    if not drafts_from_a_distribution(spec):
+        shift += profile.context.lookup_logit_shift(context_tokens)
     moved = [_sigmoid(_logit(p) + shift) if p > 0 else 0.0 for p in conditional[:k]]
     return unconditional_from_conditional(moved)
 
@@ -92,10 +107,24 @@ def _synthetic_curve(spec: SpeculativeConfig, k: int) -> list[float]:
     return [low**i for i in range(1, k + 1)]
 
 
-def step_time_s(profile: Profile, spec: SpeculativeConfig | None, k: int, batch_size: int) -> float:
-    """Modelled seconds of one decode step of ``batch_size`` sequences drafting k tokens each."""
+def step_time_s(
+    profile: Profile, spec: SpeculativeConfig | None, k: int, batch_size: int, context_tokens: float = 0.0
+) -> float:
+    """Modelled seconds of one decode step of ``batch_size`` sequences drafting k tokens each, whose
+    contexts (prompt and tokens generated so far) add up to ``context_tokens``."""
     if batch_size <= 0:
         return 0.0
+    context = profile.context
+    read = context.kv_bytes_per_token
+    scan = context.scans.get(spec.method or profile.methods[0]) if spec is not None and k > 0 else None
+    if scan is not None:
+        read += scan.bytes_per_token * (k if scan.per_position else 1)
+    floor_s = context.read_s(context.weight_bytes)
+    return max(_compute_s(profile, spec, k, batch_size), floor_s) + context.read_s(read * context_tokens)
+
+
+def _compute_s(profile: Profile, spec: SpeculativeConfig | None, k: int, batch_size: int) -> float:
+    """The step at no context: StepTiming's T(k, B)."""
     t = profile.timing
     seconds = (
         t.base_s
@@ -141,6 +170,7 @@ class ClassTruth:
     expected_tokens_per_step: float
     prompt_tokens: int
     max_tokens: int
+    mean_context_tokens: float  # the context its steps see on average: prompt + max_tokens / 2
     levels: list[LevelTruth]
 
 
@@ -155,18 +185,21 @@ def compute_truth(
 ) -> dict[str, ClassTruth]:
     """The ground truth the emulator's behaviour converges to, per content class.
 
-    ``prompt_tokens`` gives each class's mean prompt length (default 400 tokens).
+    ``prompt_tokens`` gives each class's mean prompt length (default 400 tokens). Each sequence's
+    context is taken at its mean over a request's life, ``mean_context_tokens``: the step time is
+    linear in the contexts, so the mean step is the step at the mean context.
     """
     out: dict[str, ClassTruth] = {}
     for name in profile.classes:
-        per_position = acceptance_curve(profile, name, spec, temperature)
         prompt = (prompt_tokens or {}).get(name, DEFAULT_PROMPT_TOKENS)
+        context = mean_context_tokens(prompt, max_tokens)
+        per_position = acceptance_curve(profile, name, spec, temperature, context_tokens=context)
         levels = []
         for concurrency in concurrency_levels:
             batch = min(concurrency, profile.max_num_seqs)
             k = spec.k_for_batch_size(batch) if spec is not None else 0
             expected = expected_tokens_per_step(per_position, k)
-            step = step_time_s(profile, spec, k, batch)
+            step = step_time_s(profile, spec, k, batch, batch * context)
             levels.append(
                 LevelTruth(
                     concurrency=concurrency,
@@ -184,12 +217,19 @@ def compute_truth(
             expected_tokens_per_step=expected_tokens_per_step(per_position),
             prompt_tokens=prompt,
             max_tokens=max_tokens,
+            mean_context_tokens=context,
             levels=levels,
         )
     return out
 
 
 DEFAULT_PROMPT_TOKENS = 400
+
+
+def mean_context_tokens(prompt_tokens: int, max_tokens: int) -> float:
+    """A request's context averaged over its decode steps: its prompt and half of what it generates
+    (its steps emit tokens at a steady mean rate, so the context grows linearly through them)."""
+    return prompt_tokens + max_tokens / 2
 
 
 def closed_loop_tokens_per_s(
@@ -210,9 +250,11 @@ def closed_loop_tokens_per_s(
     sending the next request) plus the admitting step; each step's batch is B minus the idle
     slots, taken as Binomial(B, q) with q the idle share. One stream alone idles the engine
     instead, for the request overhead. Natural early stops are not modelled (rare at M << the
-    profile's median output length).
+    profile's median output length). Every decoding sequence's context is the mean over a request's
+    life (``mean_context_tokens``); ``per_position`` should be the acceptance at that context.
     """
     batch = min(concurrency, profile.max_num_seqs)
+    context = mean_context_tokens(prompt_tokens, max_tokens)
     prefill = prefill_time_s(profile, prompt_tokens)
     per_step: dict[int, tuple[float, float, float]] = {}  # b -> (step time, mean X, mean X^2)
     for b in range(0, batch + 1):
@@ -221,7 +263,7 @@ def closed_loop_tokens_per_s(
         probs = accepted_length_distribution(curve) if k else [1.0]
         mean_x = sum((j + 1) * p for j, p in enumerate(probs))
         mean_x2 = sum((j + 1) ** 2 * p for j, p in enumerate(probs))
-        per_step[b] = (step_time_s(profile, spec, k, b), mean_x, mean_x2)
+        per_step[b] = (step_time_s(profile, spec, k, b, b * context), mean_x, mean_x2)
     decode_tokens = max_tokens - 1
     if batch == 1:
         step, mean_x, mean_x2 = per_step[1]

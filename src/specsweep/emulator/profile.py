@@ -13,6 +13,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from specsweep.emulator.context import ContextCost, parse_context
 from specsweep.errors import ConfigError
 from specsweep.toml_records import NOT_IN_FILE, RecordTable, record_keys
 
@@ -104,6 +105,7 @@ class Profile:
     output_median_tokens: int
     output_sigma: float
     faults: Faults = field(default_factory=Faults)
+    context: ContextCost = field(default_factory=ContextCost)  # what a sequence's context costs (off without [context])
 
     def with_faults(self, **changes: Any) -> Profile:
         """A copy with some fault knobs changed (None leaves a knob as the profile set it)."""
@@ -204,6 +206,7 @@ def parse_profile(text: str, *, source: str = "<profile>") -> Profile:
     output.done()
 
     faults = _read_record(reader.table("faults", {}), Faults, source, "faults", {})
+    context = parse_context(reader.table("context", {}), source=source, methods=methods)
     profile = Profile(
         name=reader.string("name"),
         description=reader.string("description", ""),
@@ -227,6 +230,7 @@ def parse_profile(text: str, *, source: str = "<profile>") -> Profile:
         output_median_tokens=median_tokens,
         output_sigma=sigma,
         faults=faults,
+        context=context,
     )
     reader.done()
     if suggestions and len(suggestions) != profile.tensor_parallel_size:

@@ -32,7 +32,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from specsweep.emulator.model import acceptance_curve, closed_loop_tokens_per_s, workload_prompt_tokens
+from specsweep.emulator.model import (
+    acceptance_curve,
+    closed_loop_tokens_per_s,
+    mean_context_tokens,
+    workload_prompt_tokens,
+)
 from specsweep.emulator.profile import Profile
 from specsweep.errors import ConfigError
 from specsweep.toml_records import NAMES_TABLE, RecordTable
@@ -182,13 +187,14 @@ def mix_per_position(
     mix: Mapping[str, float],
     *,
     by: str = "requests",
+    context_tokens: float = 0.0,
 ) -> list[float]:
     """S_1..S_k of a mix of classes: each class's S_i weighted by its share of decode steps.
 
     ``mix`` gives shares of requests (``by="requests"``), or of steps already (``by="steps"``)."""
     if spec is None or not spec.num_speculative_tokens:
         return []
-    curves = {name: acceptance_curve(profile, name, spec, temperature) for name in mix}
+    curves = {name: acceptance_curve(profile, name, spec, temperature, context_tokens=context_tokens) for name in mix}
     per_request = {name: share / (1.0 + sum(curves[name])) for name, share in mix.items()}
     steps = dict(mix) if by == "steps" else per_request
     total = sum(steps.values())
@@ -203,8 +209,9 @@ def window_tokens_per_s(
     if not window.streams or not window.mix:
         return 0.0
     temperature = profile.reference_temperature if schedule.temperature is None else schedule.temperature
-    curve = mix_per_position(profile, spec, temperature, window.mix)
     prompt = round(sum(share * schedule.prompt_tokens_of(name) for name, share in window.mix.items()))
+    context = mean_context_tokens(prompt, schedule.max_tokens)
+    curve = mix_per_position(profile, spec, temperature, window.mix, context_tokens=context)
     return closed_loop_tokens_per_s(
         profile, spec, curve, window.streams, max_tokens=schedule.max_tokens, prompt_tokens=prompt
     )
