@@ -114,6 +114,40 @@ def test_a_profile_without_context_figures_is_unchanged(profile, steps, truth) -
         assert [lv.output_tokens_per_s for lv in got[name].levels] == pytest.approx(rates, rel=1e-12)
 
 
+def best_k(profile, content: str, concurrency: int, prompt_tokens: int, rate: str = "output_tokens_per_s") -> int:
+    rates = []
+    for k in range(9):
+        config = spec(f'{{"num_speculative_tokens":{k},"draft_sample_method":"probabilistic"}}') if k else None
+        truth = compute_truth(profile, config, profile.reference_temperature, [concurrency],
+                              prompt_tokens={content: prompt_tokens})  # fmt: skip
+        rates.append(getattr(truth[content].levels[0], rate))
+    return max(range(9), key=rates.__getitem__)
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_best_k_at_long_context_is_at_least_the_short_contexts(concurrency: int) -> None:
+    """A non-scanning drafter's best k does not fall as the context grows; on the default rig it
+    holds (its compressed cache is small), and with a cache 51 times larger it grows."""
+    profile = load_profile()
+    dense = replace(profile, context=replace(profile.context, kv_bytes_per_token=40016.0))
+    for content in ("prose", "technical"):
+        short = best_k(profile, content, concurrency, 1024)
+        assert best_k(profile, content, concurrency, 262144) >= short
+        assert best_k(dense, content, concurrency, 262144) > best_k(dense, content, concurrency, 1024)
+
+
+def test_the_default_profile_hardly_moves_at_the_bundled_prompts() -> None:
+    profile = load_profile()
+    off = replace(profile, context=ContextCost())
+    config = spec('{"method":"dspark","num_speculative_tokens":5,"draft_sample_method":"probabilistic"}')
+    with_context = compute_truth(profile, config, 0.6, [1, 4], prompt_tokens={"prose": 411, "technical": 411})
+    without = compute_truth(off, config, 0.6, [1, 4], prompt_tokens={"prose": 411, "technical": 411})
+    for name in with_context:
+        for a, b in zip(with_context[name].levels, without[name].levels, strict=True):
+            assert a.output_tokens_per_s == pytest.approx(b.output_tokens_per_s, rel=1e-4)
+            assert a.output_tokens_per_s < b.output_tokens_per_s
+
+
 def test_a_lookup_drafters_acceptance_grows_with_context_where_enabled() -> None:
     enabled = l40s(LLAMA_CONTEXT + "lookup_logit_slope = 0.3\nlookup_reference_tokens = 2048\n")
     ngram = spec('{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}')
@@ -163,6 +197,22 @@ def test_the_kv_bytes_from_the_model_shape() -> None:
     assert mla.context.kv_bytes_per_token == 32 * 128 * 2
     fp8 = l40s(LLAMA_CONTEXT.replace('"bf16"', '"fp8"'))
     assert fp8.context.kv_bytes_per_token == KV_BYTES / 2
+
+
+def test_print_truth_by_context() -> None:
+    from .conftest import print_truth
+
+    config = '{"method":"dspark","num_speculative_tokens":3,"draft_sample_method":"probabilistic"}'
+    truth = print_truth("--speculative-config", config, "--concurrency", "1,4", "--context", "1024,65536")
+    assert list(truth) == ["1024", "65536"]
+    short, long = truth["1024"]["prose"], truth["65536"]["prose"]
+    assert (short["prompt_tokens"], long["prompt_tokens"]) == (1024, 65536)
+    assert long["mean_context_tokens"] == 65536 + 300
+    profile = load_profile()
+    for level in (0, 1):
+        batch = short["levels"][level]["batch_size"]
+        grown = long["levels"][level]["step_time_s"] - short["levels"][level]["step_time_s"]
+        assert grown == pytest.approx(batch * 64512 * profile.context.kv_bytes_per_token / 273e9, rel=1e-9)
 
 
 def test_a_served_long_prompt_takes_longer_per_token_as_the_model_says(start_emulator, tmp_path: Path) -> None:

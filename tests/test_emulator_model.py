@@ -168,7 +168,8 @@ def test_second_profile_has_a_different_best_draft_length() -> None:
 
 def test_closed_loop_truth_tends_to_the_decode_rate_for_long_requests() -> None:
     """Prefill and idle slots are paid once per request: with long requests and short prompts the
-    closed-loop rate approaches B * E(k) / T(k, B); with short requests it falls well below it."""
+    closed-loop rate approaches B * E(k) / T(k, B) (at the mean context of its requests, prompt and
+    half of max_tokens); with short requests it falls well below it."""
     from specsweep.emulator.model import closed_loop_tokens_per_s
 
     profile = load_profile()
@@ -176,7 +177,8 @@ def test_closed_loop_truth_tends_to_the_decode_rate_for_long_requests() -> None:
     curve = acceptance_curve(profile, "prose", config, 0.6)
     for concurrency in (1, 4, 8):
         batch = min(concurrency, profile.max_num_seqs)
-        decode = batch * expected_tokens_per_step(curve) / step_time_s(profile, config, 3, batch)
+        step = step_time_s(profile, config, 3, batch, batch * (1 + 10**6 / 2))
+        decode = batch * expected_tokens_per_step(curve) / step
         long_run = closed_loop_tokens_per_s(profile, config, curve, concurrency, max_tokens=10**6, prompt_tokens=1)
         short = closed_loop_tokens_per_s(profile, config, curve, concurrency, max_tokens=50, prompt_tokens=2000)
         assert long_run == pytest.approx(decode, rel=1e-3)
@@ -184,7 +186,7 @@ def test_closed_loop_truth_tends_to_the_decode_rate_for_long_requests() -> None:
     # one stream: one request overhead + one prefill + D steps, with D from renewal theory
     off = closed_loop_tokens_per_s(profile, None, [], 1, max_tokens=101, prompt_tokens=300)
     per_request = profile.timing.request_overhead_s + 300 / profile.timing.prefill_tokens_per_s
-    per_request += (100 + 0.5) * step_time_s(profile, None, 0, 1)
+    per_request += (100 + 0.5) * step_time_s(profile, None, 0, 1, 300 + 101 / 2)
     assert off == pytest.approx(101 / per_request)
 
 
