@@ -37,9 +37,8 @@ def spec(text: str):
     return parse_speculative_config(text)
 
 
-def l40s(extra: str = LLAMA_CONTEXT, *, jitter: bool = True):
-    text = L40S_TEXT if jitter else L40S_TEXT.replace("jitter = 0.03", "jitter = 0.0")
-    return parse_profile(text + extra, source="test")
+def l40s(extra: str = LLAMA_CONTEXT):
+    return parse_profile(L40S_TEXT + extra, source="test")
 
 
 def test_the_kv_cache_a_step_reads_adds_its_bytes_over_the_bandwidth() -> None:
@@ -219,7 +218,7 @@ def test_a_served_long_prompt_takes_longer_per_token_as_the_model_says(start_emu
     """A real `specsweep emulate` on a rig whose KV read is large: per output token, a 20,000-token
     prompt's stream runs slower than a short one's by the model's ratio of their step times."""
     path = tmp_path / "long-context.toml"
-    path.write_text(L40S_TEXT.replace("jitter = 0.03", "jitter = 0.0") + LLAMA_CONTEXT)
+    path.write_text(L40S_TEXT + LLAMA_CONTEXT)  # its 3% jitter per step: about 0.2% over 199 steps
     profile = load_profile(path)
     emulator = start_emulator(profile=str(path), time_scale=2.0)
     max_tokens = 200
@@ -250,3 +249,31 @@ def test_a_served_long_prompt_takes_longer_per_token_as_the_model_says(start_emu
     assert expected > 1.2  # a 20,000-token prompt's KV read is 3 ms of a 10.7 ms step
     assert long_s / short_s == pytest.approx(expected, rel=0.03)
     assert short_s == pytest.approx(modelled(short_prompt), rel=0.05)
+
+
+def test_the_engine_takes_a_lookup_drafters_acceptance_at_each_sequences_context() -> None:
+    import asyncio
+
+    from specsweep.emulator.engine import CONTEXT_STEP, Engine, Sequence
+
+    enabled = l40s(LLAMA_CONTEXT + "lookup_logit_slope = 0.3\n")
+    ngram = spec('{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}')
+    engine = Engine(enabled, ngram)
+
+    def seq(prompt_tokens: int, generated: int) -> Sequence:
+        return Sequence(request_id=1, content_class="prose", prompt_tokens=prompt_tokens, max_tokens=100,
+                        natural_tokens=100, temperature=0.7, arrival=0.0, outbox=asyncio.Queue(),
+                        generated=generated)  # fmt: skip
+
+    def first_rejected(s: Sequence) -> float:  # P(A = 0) = 1 - S_1
+        return engine._cumulative(s, 3)[0]
+
+    at_1k, at_16k = seq(1000, 24), seq(16000, 384)
+    s1 = acceptance_curve(enabled, "prose", ngram, 0.7, 3, context_tokens=round(16384 / CONTEXT_STEP) * CONTEXT_STEP)
+    assert first_rejected(at_16k) == pytest.approx(1 - s1[0])
+    at_reference = acceptance_curve(enabled, "prose", ngram, 0.7, 3)  # 1,024 tokens: no gain yet
+    assert first_rejected(at_1k) == pytest.approx(1 - at_reference[0])
+    assert first_rejected(at_16k) < first_rejected(at_1k)
+    # without the slope the engine keeps one curve whatever the context
+    plain = Engine(l40s(), ngram)
+    assert plain._cumulative(seq(16000, 384), 3) == plain._cumulative(seq(10, 0), 3)

@@ -117,6 +117,7 @@ class Engine:
         # taken at its context rounded to CONTEXT_STEP tokens (so curves can be kept), else at none.
         lookup = spec is not None and not vllm.drafts_from_a_distribution(spec)
         self._by_context = lookup and profile.context.lookup_logit_slope > 0
+        self._reads_context = profile.context.memory_bandwidth_gb_s > 0  # else a step's time ignores it
 
     # -- requests -------------------------------------------------------------------------
     def tokens_in_cache(self, draft_tokens: int) -> int:
@@ -195,7 +196,7 @@ class Engine:
                     admitted.append(seq)
             batch = len(self._running)
             k = self.spec.k_for_batch_size(batch) if self.spec and batch else 0
-            context = sum(s.prompt_tokens + s.generated for s in self._running)
+            context = sum(s.prompt_tokens + s.generated for s in self._running) if self._reads_context else 0
             modelled = step_time_s(self.profile, self.spec, k, batch, context) * self._variation()
             jitter = self.profile.timing.jitter
             if jitter and modelled:
