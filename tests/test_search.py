@@ -12,18 +12,18 @@ import optuna
 import pytest
 
 from specsweep.analysis.acceptance import expected_tokens_per_step
-from specsweep.analysis.drafters import Drafter
+from specsweep.analysis.drafters import Drafter, configuration_label
 from specsweep.analysis.study import analyze_study
 from specsweep.config import SearchSpace, parse_study_config
 from specsweep.engines import llamacpp
 from specsweep.engines.registry import USUAL_RUN_NOISE
 from specsweep.tuning.events import Planned
 from specsweep.tuning.records import read_trial, read_trials
-from specsweep.tuning.space import OFF_KEY, build_space, config_key
+from specsweep.tuning.space import build_space
 from specsweep.tuning.strategy import decide_next
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
-from specsweep.types import RunNoisePrior, StudySettings
+from specsweep.types import OFF_KEY, Configuration, RunNoisePrior, StudySettings
 
 from .builders import emulator_study, specsweep, write_study
 from .test_study import true_best
@@ -70,7 +70,7 @@ def make_trial(
         distributions={name: optuna.distributions.CategoricalDistribution(v) for name, v in space.grid().items()},
         value=rate,
         user_attrs={
-            "key": config_key(spec),
+            "key": Configuration(spec=spec).key,
             "spec": None if spec is None else spec.to_json(),
             "results": {"prose": {"1": row}},
             "constraints": [0.0],
@@ -86,7 +86,7 @@ def trials_for(*configs: tuple[int, str], noise: float = 0.0) -> list:
 
 SETTINGS = StudySettings(
     workload_weights={"prose": 1.0}, concurrency_levels=(1,), objective_concurrency=1, k_range=(1, 5),
-    baseline_key=None, noise_prior=USUAL_RUN_NOISE,
+    baseline=None, noise_prior=USUAL_RUN_NOISE,
 )  # fmt: skip
 PROBABILISTIC = Drafter(method="dspark", draft_sample_method="probabilistic")
 
@@ -280,7 +280,7 @@ def test_a_configuration_that_failed_in_this_run_is_never_measured_again() -> No
 
 
 def test_a_failed_largest_k_moves_the_acceptance_run_down() -> None:
-    failed = config_key(SPACE.config_from_params(SPACE.params_for({"num_speculative_tokens": 5})))
+    failed = SPACE.configuration(SPACE.params_for({"num_speculative_tokens": 5})).key
     decision = decide(trials_for((0, "off")), exclude={failed})
     assert decision.phase == "largest k" and chosen(decision) == (4, "greedy")
 
@@ -384,7 +384,7 @@ def ngram_trial(number: int, k: int):
         row |= {"num_drafts": 400, "accepted_per_position": counts, "mean_acceptance_length": 1 + sum(counts) / 400}
     trial = optuna.trial.create_trial(
         params=params, distributions=distributions, value=NGRAM_RATES[k],
-        user_attrs={"key": config_key(spec), "spec": None if spec is None else spec.to_json(),
+        user_attrs={"key": Configuration(spec=spec).key, "spec": None if spec is None else spec.to_json(),
                     "results": {"prose": {"1": row}}, "constraints": [0.0]},
     )  # fmt: skip
     trial.number = number  # each its own server start
@@ -450,3 +450,21 @@ def test_a_drafter_that_takes_its_top_token_is_predicted_not_measured_at_every_k
         ks.append(decision.params["num_speculative_tokens"])
     assert "every k" not in phases, phases
     assert len(set(ks)) < space.size(), ks
+
+
+def test_a_configuration_is_its_key_whatever_parameters_named_it() -> None:
+    greedy, probabilistic = (
+        NGRAM_SPACE.configuration({"num_speculative_tokens": 2, "draft_sample_method": method})
+        for method in ("greedy", "probabilistic")
+    )
+    # at temperature 0, and for a drafter that samples nothing, both draft samplings are one server
+    assert greedy.params != probabilistic.params and greedy == probabilistic and len({greedy, probabilistic}) == 1
+    assert greedy.key == '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3,"prompt_lookup_min":3}'
+    assert Configuration.from_key(greedy.key) == greedy and greedy.num_speculative_tokens == 2
+    off = NGRAM_SPACE.configuration(NGRAM_SPACE.params_for(None))
+    assert off.spec is None and off.key == OFF_KEY == "off" and Configuration.from_key("off") == off
+    assert [c.key for c in NGRAM_SPACE.configurations()] == NGRAM_SPACE.distinct_keys()
+    assert len(NGRAM_SPACE.configurations()) == NGRAM_SPACE.size() == 9  # off and k = 1..8, each once
+    assert (configuration_label(greedy), configuration_label(off, short=True)) == (
+        'k=2 ngram prompt_lookup_max=3,prompt_lookup_min=3 (greedy)', "speculation off",
+    )  # fmt: skip

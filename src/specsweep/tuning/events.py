@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specsweep.runtime.measure import MeasureEvent
-from specsweep.types import BootFacts, LevelFigures, SpeculativeConfig
+from specsweep.types import BootFacts, Configuration, LevelFigures
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,7 +45,7 @@ class StartsLeft:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrialStarting:
     trial: int
-    spec: SpeculativeConfig | None
+    configuration: Configuration
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +74,7 @@ class TrialProgress:
 class TrialDone:
     trial: int
     value: float
-    spec: SpeculativeConfig | None
+    configuration: Configuration
     results: dict[str, dict[int, LevelFigures]]
     boot_s: float | None = None  # what this start's boot took
     measure_s: float | None = None

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from specsweep.analysis.drafters import Candidate, Drafter, drafter_of
+from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, drafter_of
 from specsweep.analysis.noise import RunNoise
 from specsweep.analysis.rates import RateSample, sample_rates
 from specsweep.analysis.study import WorkloadModel, measured_rates, model_workload, study_k_max
@@ -46,8 +46,8 @@ from specsweep.errors import FitError
 from specsweep.tuning.budget import Budget, minutes, start_budget
 from specsweep.tuning.records import TrialRecord
 from specsweep.tuning.search_words import buy, buy_reason, ties
-from specsweep.tuning.space import OFF_KEY, Space, config_key
-from specsweep.types import MeasuredConfig, StudySettings
+from specsweep.tuning.space import Space
+from specsweep.types import OFF_KEY, Configuration, MeasuredConfig, StudySettings
 
 DRAWS = 400  # joint rate draws per cell the values are computed on
 MAX_STARTS = 3  # server starts of one configuration, repeats included
@@ -86,30 +86,16 @@ class SearchDecision:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Config:
-    key: str
-    params: dict[str, Any]
-    candidate: Candidate
-
-    @property
-    def k(self) -> int:
-        return self.candidate.num_speculative_tokens
-
-    @property
-    def drafter(self) -> Drafter | None:
-        return self.candidate.drafter
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class _State:
     """The trials as the decisions read them."""
 
-    configs: dict[str, _Config]
+    configs: dict[str, Configuration]  # by key: what a start could measure
+    candidates: dict[str, Candidate]  # by key: what the model predicts for each of them
     measured: list[TrialRecord]
     starts: dict[str, int]  # key -> server starts that measured it
     failed: set[str]  # failed in this run, never measured: not to be tried
     blocked: set[str]  # failed in this run or running elsewhere: not to be measured again now
-    untried: list[_Config]
+    untried: list[Configuration]
     running: set[str]
     budget: Budget
 
@@ -136,6 +122,7 @@ def decide_next(
 
 def _state(trials: Sequence[TrialRecord], space: Space, exclude: Collection[str]) -> _State:
     configs = _space_configs(space)
+    candidates = {key: candidate_of(c.spec) for key, c in configs.items()}
     measured = [t for t in trials if t.measured]
     measured_keys = {t.key for t in measured}
     running = {t.key for t in trials if t.running and t.key is not None}
@@ -146,6 +133,7 @@ def _state(trials: Sequence[TrialRecord], space: Space, exclude: Collection[str]
         starts[t.key or OFF_KEY] = starts.get(t.key or OFF_KEY, 0) + 1
     return _State(
         configs=configs,
+        candidates=candidates,
         measured=measured,
         starts=starts,
         failed=failed,
@@ -156,7 +144,7 @@ def _state(trials: Sequence[TrialRecord], space: Space, exclude: Collection[str]
     )
 
 
-def _decision(state: _State, config: _Config | None, phase: Phase, reason: str, **extra: Any) -> SearchDecision:
+def _decision(state: _State, config: Configuration | None, phase: Phase, reason: str, **extra: Any) -> SearchDecision:
     return SearchDecision(
         params=None if config is None else dict(config.params),
         key=None if config is None else config.key,
@@ -177,19 +165,21 @@ def _speculation_off(state: _State) -> SearchDecision | None:
 
 def _largest_k(state: _State) -> SearchDecision | None:
     """Each drafter at its largest draft length not failed; a wait or a stop when no drafter can be modelled."""
-    by_drafter: dict[Drafter, list[_Config]] = {}
-    for c in state.configs.values():
-        if c.drafter is not None and c.key not in state.failed:
-            by_drafter.setdefault(c.drafter, []).append(c)
+    by_drafter: dict[Drafter, list[Configuration]] = {}
+    for key, c in state.configs.items():
+        drafter = state.candidates[key].drafter
+        if drafter is not None and key not in state.failed:
+            by_drafter.setdefault(drafter, []).append(c)
     for drafter, group in by_drafter.items():
-        largest = max(group, key=lambda c: c.k)
-        done = any(drafter_of(t.spec) == drafter and t.num_speculative_tokens >= largest.k for t in state.measured)
+        k = max(state.candidates[c.key].num_speculative_tokens for c in group)
+        largest = next(c for c in group if state.candidates[c.key].num_speculative_tokens == k)
+        done = any(drafter_of(t.spec) == drafter and t.num_speculative_tokens >= k for t in state.measured)
         if largest in state.untried and not done:
             reason = f"the largest draft length of {drafter.label}: its run gives the acceptance of every shorter draft"
             return _decision(state, largest, Phase.LARGEST_K, reason)
     if any(t.num_speculative_tokens for t in state.measured):
         return None
-    if any(state.configs[key].drafter is not None for key in state.running if key in state.configs):
+    if any(state.candidates[key].drafter is not None for key in state.running if key in state.candidates):
         # Another worker is measuring a drafter's largest k: its acceptance curve is what every
         # further choice needs, so wait for it instead of guessing.
         return _decision(
@@ -203,7 +193,8 @@ def _largest_k(state: _State) -> SearchDecision | None:
 def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     """The start whose expected gain is worth most per minute, if any is worth its cost."""
     mconfigs = [t.measured_config() for t in state.measured]
-    k_max = max(c.k for c in state.configs.values())
+    cand = state.candidates
+    k_max = max(c.num_speculative_tokens for c in cand.values())
     models = model_search(
         mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior,
         captured_widths=settings.captured_widths,
@@ -213,38 +204,38 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     if not any(m.fits for m in models.values()):
         if state.untried:
             # Without a model (e.g. no acceptance counters), the largest untried k.
-            fallback = max(state.untried, key=lambda c: (c.drafter is not None, c.k))
+            fallback = max(state.untried, key=lambda c: (not cand[c.key].off, cand[c.key].num_speculative_tokens))
             reason = "no prediction possible (no measured drafter reported acceptance counts); the largest untried k"
             return _decision(state, fallback, Phase.LARGEST_K, reason, **extra)
         return _decision(state, None, Phase.STOP, "every configuration of the space was measured or failed", **extra)
     cells = _cells(models, mconfigs, state, settings, noise)
     options = _options(state)
-    values = {v.candidate: v for v in start_values(cells, [c.candidate for c in options], tolerance=settings.tolerance)}
-    costs = _costs(cells, options, state.budget)
+    values = {v.candidate: v for v in start_values(cells, [cand[c.key] for c in options], tolerance=settings.tolerance)}
+    costs = _costs(cells, options, cand, state.budget)
     mean_cost = state.budget.start_s or 1.0  # untimed: every cost is 1.0 too
     price = {c.key: settings.tolerance * START_PRICE * costs[c.key] / mean_cost for c in options}
-    worth = [c for c in options if values[c.candidate].share >= price[c.key]]
+    worth = [c for c in options if values[cand[c.key]].share >= price[c.key]]
     wanted = len({c.key for c in worth})
     budget = replace(state.budget, expected=min(state.budget.cap, state.budget.starts + wanted))
     picks = {(c.workload, c.concurrency): p for c in cells if (p := cell_loss(c, settings.tolerance).pick)}
     extra.update(budget=budget, ties=ties(cells, settings.tolerance, values), picks=picks)
     if worth and budget.starts < budget.cap:
-        chosen = max(worth, key=lambda c: values[c.candidate].share / (costs[c.key] or 1.0))
-        value = values[chosen.candidate]
+        chosen = max(worth, key=lambda c: values[cand[c.key]].share / (costs[c.key] or 1.0))
+        value = values[cand[chosen.key]]
         again = chosen.key in state.starts
         reason = buy_reason(value, again, costs[chosen.key] if budget.start_s else None, budget.modelled)
         return _decision(
             state, chosen, Phase.WORTH, reason, repeat=again, value=value, price_share=price[chosen.key], **extra
         )
-    top = max(options, key=lambda c: values[c.candidate].share / price[c.key], default=None)
+    top = max(options, key=lambda c: values[cand[c.key]].share / price[c.key], default=None)
     if worth:
         reason = f"as many server starts as there are configurations to measure ({budget.cap}) were made"
-    elif top is None or values[top.candidate].tokens_per_s <= 0:
+    elif top is None or values[cand[top.key]].tokens_per_s <= 0:
         reason = "no start could change what the study pastes by more than the tolerance"
     else:
-        value = values[top.candidate]
+        value = values[cand[top.key]]
         reason = (
-            f"no start is worth its time: the closest, {top.candidate.short_label}"
+            f"no start is worth its time: the closest, {cand[top.key].short_label}"
             f"{' again' if top.key in state.starts else ''}, would buy {buy(value)}, "
             f"{100 * value.share:.2f}% in all, where "
             + (f"a start of {minutes(costs[top.key], budget.modelled)}" if budget.start_s else "a start")
@@ -253,7 +244,9 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     return _decision(state, None, Phase.STOP, reason, **extra)
 
 
-def _costs(cells: Sequence[CellBelief], options: Sequence[_Config], budget: Budget) -> dict[str, float]:
+def _costs(
+    cells: Sequence[CellBelief], options: Sequence[Configuration], candidates: Mapping[str, Candidate], budget: Budget
+) -> dict[str, float]:
     """Each option's expected start: the study's mean boot, and its mean measuring time scaled by
     how much slower the option is predicted to stream than what the study measured (seconds; 1
     each before any start was timed: then every start costs the same)."""
@@ -263,7 +256,7 @@ def _costs(cells: Sequence[CellBelief], options: Sequence[_Config], budget: Budg
     for option in options:
         ratios = []
         for cell in cells:
-            j = cell.column(option.candidate)
+            j = cell.column(candidates[option.key])
             measured = [i for i, c in enumerate(cell.sample.candidates) if c in cell.measured]
             if j is not None and measured and cell.sample.tokens_per_s[j] > 0:
                 ratios.append(float(cell.sample.tokens_per_s[measured].mean() / cell.sample.tokens_per_s[j]))
@@ -272,7 +265,7 @@ def _costs(cells: Sequence[CellBelief], options: Sequence[_Config], budget: Budg
     return out
 
 
-def _options(state: _State) -> list[_Config]:
+def _options(state: _State) -> list[Configuration]:
     """What a start could measure: untried configurations, and measured ones not started enough."""
     again = [
         c
@@ -290,7 +283,7 @@ def _cells(
     noise: Mapping[str, RunNoise],
 ) -> list[CellBelief]:
     """What the study knows of every cell: joint draws of each runnable configuration's rate."""
-    runnable = {c.candidate for key, c in state.configs.items() if key not in state.failed}
+    runnable = {c for key, c in state.candidates.items() if key not in state.failed}
     mean_weight = sum(settings.workload_weights.values()) / len(settings.workload_weights)
     k_min = settings.k_range[0] if settings.k_range else 1
     out = []
@@ -311,8 +304,8 @@ def _cells(
             sample = _restrict(sample, runnable)
             if not sample.candidates:
                 continue
-            measured = frozenset(state.configs[r.key].candidate for r in measured_rates(configs, workload, level)
-                                 if r.key in state.configs)  # fmt: skip
+            measured = frozenset(state.candidates[r.key] for r in measured_rates(configs, workload, level)
+                                 if r.key in state.candidates)  # fmt: skip
             out.append(
                 CellBelief(
                     workload=workload, concurrency=level, weight=weight / mean_weight, sample=sample, measured=measured,
@@ -357,16 +350,7 @@ def model_search(
     return out
 
 
-def _space_configs(space: Space) -> dict[str, _Config]:
-    """The configurations a start could measure. One the engine says can never draft runs as
-    speculation off, so a start of it would buy nothing off's own does not (Space.notes says so)."""
-    out: dict[str, _Config] = {}
-    for params in space.distinct_params():
-        spec = space.config_from_params(params)
-        if spec is not None and space.never_drafts(spec):
-            continue
-        drafter = drafter_of(spec)
-        k = int(params["num_speculative_tokens"])
-        candidate = Candidate(drafter=drafter if k else None, num_speculative_tokens=k if drafter else 0)
-        out[config_key(spec)] = _Config(key=config_key(spec), params=params, candidate=candidate)
-    return out
+def _space_configs(space: Space) -> dict[str, Configuration]:
+    """The configurations a start could measure, by key. One the engine says can never draft runs
+    as speculation off, so a start of it would buy nothing off's own does not (Space.notes says so)."""
+    return {c.key: c for c in space.configurations() if c.spec is None or not space.never_drafts(c.spec)}
