@@ -214,9 +214,11 @@ def run_specsweep(case: Case, seed: int, args) -> tuple[int, list[str]]:
         pick = (decision.picks or {}).get((case.workload, case.concurrency))
         if pick is not None:  # what the study would paste now, from the starts so far
             picks[-1:] = [key_of(case, pick)]
-        if decision.params is None:
+        if decision.configuration is None:
             break
-        study.enqueue_trial(decision.params, user_attrs=decision_attrs(decision.phase, repeat=decision.repeat))
+        study.enqueue_trial(
+            dict(decision.configuration.params), user_attrs=decision_attrs(decision.phase, repeat=decision.repeat)
+        )
         trial = study.ask()
         params = {name: trial.suggest_categorical(name, values) for name, values in grid.items()}
         key = case.space.configuration(params).key

@@ -96,14 +96,15 @@ def decide(trials, **kwargs):
 
 
 def chosen(decision) -> tuple[int, str] | None:
-    if decision.params is None:
+    if decision.configuration is None:
         return None
-    return decision.params["num_speculative_tokens"], decision.params["draft_sample_method"]
+    params = decision.configuration.params
+    return params["num_speculative_tokens"], params["draft_sample_method"]
 
 
 def test_speculation_off_first_then_each_drafter_at_its_largest_k() -> None:
     first = decide([])
-    assert first.phase == "speculation off" and first.key == OFF_KEY
+    assert first.phase == "speculation off" and first.configuration == Configuration(spec=None)
     second = decide(trials_for((0, "off")))
     assert second.phase == "largest k" and chosen(second) == (5, "greedy")
     third = decide(trials_for((0, "off"), (5, "greedy")))
@@ -115,7 +116,7 @@ def run_until_stop(measured: list, *, noise: float, most: int = 12) -> tuple[lis
     """Measure what the search asks for (simulated) until it stops: its steps and its stop."""
     steps = []
     decision = decide(trials_for(*measured, noise=noise))
-    while decision.params is not None and len(steps) < most:
+    while decision.configuration is not None and len(steps) < most:
         steps.append(decision)
         measured.append(chosen(decision))
         decision = decide(trials_for(*measured, noise=noise))
@@ -190,7 +191,7 @@ def test_the_stop_does_not_fire_while_an_untried_config_can_beat_the_pick() -> N
     assert best_by_truth() == (3, "probabilistic")  # docs/math.md#worked-numbers: technical, c = 0.10
     measured = [(0, "off"), (5, "greedy"), (5, "probabilistic"), (2, "probabilistic"), (1, "probabilistic")]
     decision = decide(trials_for(*measured, noise=0.01))
-    assert decision.params is not None and chosen(decision) in ((3, "probabilistic"), (4, "probabilistic"))
+    assert decision.configuration is not None and chosen(decision) in ((3, "probabilistic"), (4, "probabilistic"))
     assert not decision.repeat and decision.value.share >= decision.price_share
 
 
@@ -267,13 +268,14 @@ def test_a_configuration_that_failed_in_this_run_is_never_measured_again() -> No
     again in the run: the study loop turns such a trial away, and choosing it again looped forever."""
     measured = [(0, "off")] + [(k, "probabilistic") for k in (1, 3, 5)] + [(5, "greedy")]
     steps, _ = run_until_stop(list(measured), noise=0.08)
-    failed = {(next((s for s in steps if s.repeat), steps[0]) if steps else decide(trials_for(*measured))).key}
+    step = next((s for s in steps if s.repeat), steps[0]) if steps else decide(trials_for(*measured))
+    failed = {step.configuration.key if step.configuration is not None else None}
     trials = trials_for(*measured, noise=0.08)
     for _ in range(11 - len(measured) + 1):  # the grid has 11: at most 6 more starts, then a stop
         decision = decide(trials, exclude=failed)
-        if decision.params is None:
+        if decision.configuration is None:
             break
-        assert decision.key not in failed, decision.reason
+        assert decision.configuration.key not in failed, decision.reason
         trials.append(make_trial(len(trials), *chosen(decision), noise=0.08))
     else:
         raise AssertionError("the search did not stop")
@@ -293,12 +295,13 @@ def test_resume_decides_from_the_stored_trials(tmp_path: Path) -> None:
     before = decide(study.get_trials(deepcopy=False))
     again = optuna.load_study(study_name="s", storage=storage)
     after = decide(again.get_trials(deepcopy=False))
-    assert after.phase == before.phase == "worth it" and after.params == before.params
+    assert after.phase == before.phase == "worth it" and after.configuration == before.configuration
+    assert before.configuration is not None and after.configuration.params == before.configuration.params
     # A worker that is measuring a configuration keeps the others off it.
     running = again.ask(fixed_distributions=DISTRIBUTIONS)
-    running.set_user_attr("key", before.key)
+    running.set_user_attr("key", before.configuration.key)
     other = decide(again.get_trials(deepcopy=False))
-    assert other.key != before.key
+    assert other.configuration != before.configuration
 
 
 def small_model_study(name: str, **search) -> dict:
@@ -401,10 +404,10 @@ def test_a_drafter_that_looks_drafts_up_is_searched_by_the_one_model_in_fewer_st
     while len(steps) < NGRAM_SPACE.size():
         trials = [read_trial(ngram_trial(i, k)) for i, k in enumerate(ks)]
         decision = decide_next(trials, NGRAM_SPACE, SETTINGS)
-        if decision.params is None:
+        if decision.configuration is None:
             break
         steps.append(decision)
-        ks.append(decision.params["num_speculative_tokens"])
+        ks.append(decision.configuration.num_speculative_tokens)
     assert decision.phase == "stop" and len(ks) <= NGRAM_SPACE.size(), ks
     assert all(s.phase == "worth it" and s.value.share >= s.price_share for s in steps)
     assert decision.picks[("prose", 1)].num_speculative_tokens in ks
@@ -422,9 +425,9 @@ def test_draft_lengths_the_engine_says_never_draft_are_not_started() -> None:
     ks = [0, 8, 3]
     while True:
         decision = decide_next([read_trial(ngram_trial(i, k)) for i, k in enumerate(ks)], space, SETTINGS)
-        if decision.params is None:
+        if decision.configuration is None:
             break
-        ks.append(decision.params["num_speculative_tokens"])
+        ks.append(decision.configuration.num_speculative_tokens)
     assert 1 not in ks and 2 not in ks, ks
     assert len(ks) <= NGRAM_SPACE.size() - 2, ks  # the two starts are saved, not spent on repeats instead
     assert decision.picks[("prose", 1)].num_speculative_tokens in ks
@@ -444,10 +447,10 @@ def test_a_drafter_that_takes_its_top_token_is_predicted_not_measured_at_every_k
     while True:
         trials = [read_trial(make_trial(i, k, "greedy", space=space)) for i, k in enumerate(ks)]
         decision = decide_next(trials, space, SETTINGS)
-        if decision.params is None:
+        if decision.configuration is None:
             break
         phases.append(decision.phase)
-        ks.append(decision.params["num_speculative_tokens"])
+        ks.append(decision.configuration.num_speculative_tokens)
     assert "every k" not in phases, phases
     assert len(set(ks)) < space.size(), ks
 

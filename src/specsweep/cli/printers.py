@@ -183,7 +183,7 @@ class StudyProgress:
                     took = f"  (boot {_minutes(boot_s)}, measuring {_minutes(measure_s)}{unit})"
                 label = configuration_label(done.configuration, short=True)
                 out.print(f"trial {trial:3d}  {label:22s} {rates} tok/s{took}")
-            case Planned(phase=phase, reason=reason, params=params) if params is not None:
+            case Planned(phase=phase, reason=reason, configuration=configuration) if configuration is not None:
                 out.print(f"          next: {phase}: {reason}")
             case StartsLeft() as left:
                 out.print(f"          {left_line(left)}")

@@ -7,7 +7,6 @@ measurement events (``WarmingUp``, ``LevelStarted``, ``RequestDone``) with the t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from specsweep.runtime.measure import MeasureEvent
 from specsweep.types import BootFacts, Configuration, LevelFigures
@@ -22,11 +21,11 @@ class Note:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Planned:
-    """The search chose the next configuration (``params``), or says why it stops (None)."""
+    """The search chose the next configuration, or says why it stops (None)."""
 
     phase: str
     reason: str
-    params: dict[str, Any] | None
+    configuration: Configuration | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

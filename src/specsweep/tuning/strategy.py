@@ -69,13 +69,12 @@ class Phase(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SearchDecision:
-    """The next configuration to measure (``params``), or None with the reason to stop."""
+    """The next configuration to measure, or None with the reason to stop."""
 
-    params: dict[str, Any] | None
-    key: str | None
+    configuration: Configuration | None
     phase: Phase
     reason: str
-    repeat: bool  # params were measured before: measure them again (not a duplicate to reuse)
+    repeat: bool  # measured before: measure it again (not a duplicate to reuse)
     budget: Budget
     value: StartValue | None = None  # what the start is expected to buy (phase WORTH)
     price_share: float | None = None  # what a start had to buy to be worth its cost, as a share of the cells' rate
@@ -146,8 +145,7 @@ def _state(trials: Sequence[TrialRecord], space: Space, exclude: Collection[str]
 
 def _decision(state: _State, config: Configuration | None, phase: Phase, reason: str, **extra: Any) -> SearchDecision:
     return SearchDecision(
-        params=None if config is None else dict(config.params),
-        key=None if config is None else config.key,
+        configuration=config,
         phase=phase,
         reason=reason,
         repeat=extra.pop("repeat", False),

@@ -213,18 +213,18 @@ class StudyRunner:
                 decision = None
                 if config.sampler == "model" and not queued:
                     decision = self._decide(exclude=keys.failed)
-                    if decision.params is None and decision.phase == Phase.WAIT and has_heartbeats(self.storage):
+                    if decision.configuration is None and decision.phase == Phase.WAIT and has_heartbeats(self.storage):
                         if not waiting:
                             self.emit(Note(text=decision.reason))
                         waiting = True
                         time.sleep(self.poll_s)
                         continue
-                    if decision.params is None:
+                    if decision.configuration is None:
                         stop_reason = decision.reason
                         self.ties = decision.ties
                         break
                     self.study.enqueue_trial(
-                        decision.params,
+                        dict(decision.configuration.params),
                         user_attrs=records.decision_attrs(decision.phase, repeat=decision.repeat),
                     )
                 waiting = False
@@ -353,7 +353,7 @@ class StudyRunner:
         """The model-guided search's next configuration (or why none), from every trial in storage."""
         decision = decide_next(records.read_trials(self.study), self.space, self.settings, exclude=exclude)
         if decision.phase != Phase.WAIT:  # a wait is said once, by the loop
-            self.emit(Planned(phase=decision.phase, reason=decision.reason, params=decision.params))
+            self.emit(Planned(phase=decision.phase, reason=decision.reason, configuration=decision.configuration))
         return decision
 
     def _say_starts_left(self, decision: SearchDecision | None, grid: int) -> None:
