@@ -466,7 +466,6 @@ def test_a_configuration_is_its_key_whatever_parameters_named_it() -> None:
     assert Configuration.from_key(greedy.key) == greedy and greedy.num_speculative_tokens == 2
     off = NGRAM_SPACE.configuration(NGRAM_SPACE.params_for(None))
     assert off.spec is None and off.key == OFF_KEY == "off" and Configuration.from_key("off") == off
-    assert [c.key for c in NGRAM_SPACE.configurations()] == NGRAM_SPACE.distinct_keys()
     assert len(NGRAM_SPACE.configurations()) == NGRAM_SPACE.size() == 9  # off and k = 1..8, each once
     assert (configuration_label(greedy), configuration_label(off, short=True)) == (
         'k=2 ngram prompt_lookup_max=3,prompt_lookup_min=3 (greedy)', "speculation off",

@@ -57,14 +57,6 @@ class Space:
     def size(self) -> int:
         return len(self.configurations())
 
-    def distinct_keys(self) -> list[str]:
-        """The effective configurations' keys, each once."""
-        return [c.key for c in self.configurations()]
-
-    def distinct_params(self) -> list[dict[str, Any]]:
-        """One parameter set per effective configuration, by draft length then draft method."""
-        return [dict(c.params) for c in self.configurations()]
-
     def configurations(self) -> list[Configuration]:
         """The effective configurations of the grid, each once (with the first parameter set that
         names it), by draft length then draft method."""

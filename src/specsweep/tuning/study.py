@@ -155,7 +155,7 @@ class StudyRunner:
         deadline = time.monotonic() + config.wall_time_s if config.wall_time_s else None
         # Configurations that fail in this run (in any worker) are not retried in it.
         before = frozenset(t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished())
-        space_keys = set(self.space.distinct_keys())
+        space_keys = {c.key for c in self.space.configurations()}
         new_trials = starts = failures = 0
         stop_reason = ""
         waiting = False

@@ -297,5 +297,5 @@ def _queue_initial(study: optuna.Study, config: StudyConfig, space: Space) -> No
     if config.search.baseline is not None:
         study.enqueue_trial(space.params_for(config.search.baseline))
     if config.sampler == "grid":
-        for params in space.distinct_params():
-            study.enqueue_trial(params, skip_if_exists=True)
+        for configuration in space.configurations():
+            study.enqueue_trial(dict(configuration.params), skip_if_exists=True)
