@@ -160,7 +160,7 @@ class TrialRecord:
     state: optuna.trial.TrialState
     params: dict[str, Any]
     value: float | None
-    key: str | None  # the configuration's key (tuning/space.py); None before the trial claimed one
+    key: str | None  # the configuration's key as stored (types.Configuration.key); None before the trial claimed one
     spec: SpeculativeConfig | None
     worker: str | None
     results: dict[str, dict[int, LevelFigures]] = field(default_factory=dict)
