@@ -65,7 +65,7 @@ from specsweep.tuning.records import (
     record_results,
     record_times,
 )
-from specsweep.tuning.space import Space, build_space, config_key
+from specsweep.tuning.space import Space, build_space
 from specsweep.tuning.strategy import decide_next
 from specsweep.types import LevelFigures, StudySettings
 
@@ -121,9 +121,8 @@ def build_case(profile: Profile, workload: str, concurrency: int) -> Case:
     levels = tuple(sorted({1, concurrency}))
     prompts = {name: workload_prompt_tokens(name) for name in profile.classes}
     truth, curve, params = {}, {}, {}
-    for p in space.distinct_params():
-        spec = space.config_from_params(p)
-        key = config_key(spec)
+    for configuration in space.configurations():
+        spec, key, p = configuration.spec, configuration.key, dict(configuration.params)
         result = compute_truth(profile, spec, temperature, levels, max_tokens=MAX_TOKENS, prompt_tokens=prompts)
         truth[key] = {lv.concurrency: lv.output_tokens_per_s for lv in result[workload].levels}
         curve[key] = result[workload].per_position
@@ -179,7 +178,7 @@ def simulate(
 def measure_into(study: optuna.Study, trial: optuna.Trial, case: Case, key: str, rng, args) -> float:
     results = simulate(case, key, rng, noise=args.noise, requests=args.requests)
     value = results[case.workload][case.concurrency].output_tokens_per_s
-    record_config(trial, key=key, spec=case.space.config_from_params(trial.params))
+    record_config(trial, case.space.configuration(trial.params))
     record_results(trial, results=results, constraints=[0.0], record_file=None)
     record_times(trial, start_times(case, results))
     study.tell(trial, value)
@@ -204,7 +203,7 @@ def run_specsweep(case: Case, seed: int, args) -> tuple[int, list[str]]:
         concurrency_levels=(case.concurrency,),
         objective_concurrency=case.concurrency,
         k_range=(1, K_MAX),
-        baseline_key=None,
+        baseline=None,
         noise_prior=USUAL_RUN_NOISE,
         # what the emulator serving this profile says it captured graphs for (its /version)
         captured_widths=case.profile.timing.captured_widths,
@@ -215,12 +214,14 @@ def run_specsweep(case: Case, seed: int, args) -> tuple[int, list[str]]:
         pick = (decision.picks or {}).get((case.workload, case.concurrency))
         if pick is not None:  # what the study would paste now, from the starts so far
             picks[-1:] = [key_of(case, pick)]
-        if decision.params is None:
+        if decision.configuration is None:
             break
-        study.enqueue_trial(decision.params, user_attrs=decision_attrs(decision.phase, repeat=decision.repeat))
+        study.enqueue_trial(
+            dict(decision.configuration.params), user_attrs=decision_attrs(decision.phase, repeat=decision.repeat)
+        )
         trial = study.ask()
         params = {name: trial.suggest_categorical(name, values) for name, values in grid.items()}
-        key = config_key(case.space.config_from_params(params))
+        key = case.space.configuration(params).key
         measure_into(study, trial, case, key, rng, args)
         picks.append(None)
     return len(picks), picks
@@ -283,7 +284,7 @@ def run_tpe(case: Case, seed: int, args) -> tuple[int | None, int]:
             break
         trial = study.ask()
         params = {name: trial.suggest_categorical(name, values) for name, values in grid.items()}
-        key = config_key(case.space.config_from_params(params))
+        key = case.space.configuration(params).key
         if key in measured:  # the same server: reused, no start
             study.tell(trial, measured[key])
             continue

@@ -53,8 +53,7 @@ def configs_of(engine: str, search: SearchSpace, *, temperature: float = 0.8, ve
         search, temperature=temperature, engine_has_draft_sample_method=info.has_draft_sample_method,
         validate=validate, samples_drafts=info.drafts_from_a_distribution,
     )  # fmt: skip
-    found = [space.config_from_params(p) for p in space.distinct_params()]
-    return [spec for spec in found if spec is not None]
+    return [c.spec for c in space.configurations() if c.spec is not None]
 
 
 def with_tables(spec: SpeculativeConfig, max_num_seqs: int) -> list[SpeculativeConfig]:

@@ -134,7 +134,7 @@ def test_a_study_opens_p_min_and_renders_every_configuration_for_the_build() -> 
     )  # fmt: skip
     # off, then k 2..3 x greedy/probabilistic x p_min 0.0/0.6
     assert space.size() == 1 + 2 * 2 * 2
-    configs = [space.config_from_params(p) for p in space.distinct_params()[1:]]
+    configs = [c.spec for c in space.configurations()[1:]]
     assert {(c.num_speculative_tokens, c.draft_sample_method, c.extra["p_min"]) for c in configs} == {
         (k, m, p) for k in (2, 3) for m in ("greedy", "probabilistic") for p in (0.0, 0.6)
     }
@@ -177,7 +177,7 @@ def test_draft_sampling_is_searched_only_where_llama_cpp_reads_it() -> None:
         if notes:
             (line,) = notes
             assert line.startswith(f"draft_sample_method is not searched for {method}:")
-        args = [engine.spec_args(space.config_from_params(p)) for p in space.distinct_params()]
+        args = [engine.spec_args(c.spec) for c in space.configurations()]
         assert all(("--spec-draft-sampling" in a) is sampled for a in args if a)
 
 

@@ -26,14 +26,14 @@ from specsweep.emulator.profile import load_profile
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.report.figures import TrialPoint, acceptance_figure_data, history_figure_data, throughput_figure_data
 from specsweep.report.snippets import render_snippet
-from specsweep.report.study_report import snippet_heading, write_report
-from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, RunNoisePrior, StudySettings
+from specsweep.report.study_report import results_document, snippet_heading, write_report
+from specsweep.types import BootFacts, Configuration, LevelFigures, MeasuredConfig, RunNoisePrior, StudySettings
 
 LEVELS = (1, 4)
 TEMPERATURE = 0.6
 SETTINGS = StudySettings(
     workload_weights={"technical": 1.0}, concurrency_levels=LEVELS, objective_concurrency=1, k_range=(1, 5),
-    baseline_key=None, engine="emulator", temperature=TEMPERATURE,
+    baseline=None, engine="emulator", temperature=TEMPERATURE,
 )  # fmt: skip
 
 
@@ -64,10 +64,11 @@ def simulated_configs(workload: str, ks, methods, *, seed: int = 0, drafts: int 
                 concurrency=level.concurrency, output_tokens_per_s=rate, whole_level_output_tokens_per_s=rate,
                 decode_tokens_per_s_p50=None, ttft_p95_s=None, errors=0, requests=32, **acceptance,
             )  # fmt: skip
-        key = config.to_json() if config else "off"
         objective = results[1].output_tokens_per_s
-        out.append(MeasuredConfig(trial=number, key=key, spec=config, objective=objective, feasible=True,
-                                  results={workload: results}, boot=BootFacts(), startup_s=None))  # fmt: skip
+        out.append(MeasuredConfig(
+            trial=number, configuration=Configuration(spec=config), objective=objective, feasible=True,
+            results={workload: results}, boot=BootFacts(), startup_s=None,
+        ))  # fmt: skip
     return out
 
 
@@ -439,3 +440,17 @@ def test_one_slow_start_is_the_starts_and_its_configuration_stays_in_the_running
     rec = analysis.recommendation("technical", 1)
     two = Candidate(drafter=Drafter(method="dspark", draft_sample_method="probabilistic"), num_speculative_tokens=2)
     assert rec.choice == two or two in rec.tied, rec.reason
+
+
+def test_results_json_keeps_the_baseline_as_its_key_and_its_spec_config() -> None:
+    configs = simulated_configs("technical", (1, 2), ("probabilistic",))
+    analysis = analyze_study(
+        configs, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=2
+    )
+    base = spec(2, "probabilistic")
+    for baseline, key, stored in ((Configuration(spec=base), base.to_json(), base.to_json()),
+                                  (Configuration(spec=None), "off", None), (None, None, None)):  # fmt: skip
+        settings = results_document(analysis, configs, replace(SETTINGS, baseline=baseline), "vllm")["settings"]
+        assert (settings["baseline_key"], settings["baseline"]) == (key, stored)
+        names = list(settings)
+        assert names[names.index("k_range") + 1 : names.index("engine")] == ["baseline_key", "baseline"]

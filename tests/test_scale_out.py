@@ -166,7 +166,7 @@ def space_keys(config: Path) -> set[str]:
 
     chosen = load_study_config(config)
     space = build_space(chosen.search, temperature=chosen.measure.temperature, engine_has_draft_sample_method=True)
-    return set(space.distinct_keys())
+    return {c.key for c in space.configurations()}
 
 
 def check_complete_and_consistent(study: optuna.Study, keys: set[str], folders: dict[str, Path]) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.analysis.counters import AcceptanceSummary
-from specsweep.analysis.drafters import Drafter
+from specsweep.analysis.drafters import Drafter, configuration_label
 from specsweep.analysis.levels import level_drafted_share
 from specsweep.analysis.study import analyze_study
 from specsweep.analysis.throughput import study_observations
@@ -23,11 +23,11 @@ from specsweep.engines import llamacpp
 from specsweep.engines.registry import USUAL_RUN_NOISE
 from specsweep.tuning.events import Planned
 from specsweep.tuning.records import read_trial, read_trials
-from specsweep.tuning.space import OFF_KEY, build_space, config_key
+from specsweep.tuning.space import build_space
 from specsweep.tuning.strategy import decide_next
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
-from specsweep.types import RequestRecord, RunNoisePrior, StudySettings
+from specsweep.types import OFF_KEY, Configuration, RequestRecord, RunNoisePrior, StudySettings
 
 from .builders import emulator_study, specsweep, write_study
 from .test_study import true_best
@@ -74,7 +74,7 @@ def make_trial(
         distributions={name: optuna.distributions.CategoricalDistribution(v) for name, v in space.grid().items()},
         value=rate,
         user_attrs={
-            "key": config_key(spec),
+            "key": Configuration(spec=spec).key,
             "spec": None if spec is None else spec.to_json(),
             "results": {"prose": {"1": row}},
             "constraints": [0.0],
@@ -90,7 +90,7 @@ def trials_for(*configs: tuple[int, str], noise: float = 0.0) -> list:
 
 SETTINGS = StudySettings(
     workload_weights={"prose": 1.0}, concurrency_levels=(1,), objective_concurrency=1, k_range=(1, 5),
-    baseline_key=None, noise_prior=USUAL_RUN_NOISE,
+    baseline=None, noise_prior=USUAL_RUN_NOISE,
 )  # fmt: skip
 PROBABILISTIC = Drafter(method="dspark", draft_sample_method="probabilistic")
 
@@ -100,9 +100,10 @@ def decide(trials, **kwargs):
 
 
 def chosen(decision) -> tuple[int, str] | None:
-    if decision.params is None:
+    if decision.configuration is None:
         return None
-    return decision.params["num_speculative_tokens"], decision.params["draft_sample_method"]
+    params = decision.configuration.params
+    return params["num_speculative_tokens"], params["draft_sample_method"]
 
 
 def test_speculation_off_first_then_a_drafter_at_its_largest_k_then_its_sibling_where_a_pick_is() -> None:
@@ -110,7 +111,7 @@ def test_speculation_off_first_then_a_drafter_at_its_largest_k_then_its_sibling_
     probabilistic drafting of the same method at the k greedy's own acceptance is best at (3 here,
     by the truth's rates): that start is likely a pick, where one at k=5 would not be."""
     first = decide([])
-    assert first.phase == "speculation off" and first.key == OFF_KEY
+    assert first.phase == "speculation off" and first.configuration == Configuration(spec=None)
     second = decide(trials_for((0, "off")))
     assert second.phase == "largest k" and chosen(second) == (5, "greedy")
     assert "acceptance of every shorter draft" in second.reason
@@ -124,7 +125,7 @@ def run_until_stop(measured: list, *, noise: float, most: int = 12) -> tuple[lis
     """Measure what the search asks for (simulated) until it stops: its steps and its stop."""
     steps = []
     decision = decide(trials_for(*measured, noise=noise))
-    while decision.params is not None and len(steps) < most:
+    while decision.configuration is not None and len(steps) < most:
         steps.append(decision)
         measured.append(chosen(decision))
         decision = decide(trials_for(*measured, noise=noise))
@@ -199,7 +200,7 @@ def test_the_stop_does_not_fire_while_an_untried_config_can_beat_the_pick() -> N
     assert best_by_truth() == (3, "probabilistic")  # docs/math.md#worked-numbers: technical, c = 0.10
     measured = [(0, "off"), (5, "greedy"), (5, "probabilistic"), (2, "probabilistic"), (1, "probabilistic")]
     decision = decide(trials_for(*measured, noise=0.01))
-    assert decision.params is not None and chosen(decision) in ((3, "probabilistic"), (4, "probabilistic"))
+    assert decision.configuration is not None and chosen(decision) in ((3, "probabilistic"), (4, "probabilistic"))
     assert not decision.repeat and decision.value.share >= decision.price_share
 
 
@@ -276,20 +277,21 @@ def test_a_configuration_that_failed_in_this_run_is_never_measured_again() -> No
     again in the run: the study loop turns such a trial away, and choosing it again looped forever."""
     measured = [(0, "off")] + [(k, "probabilistic") for k in (1, 3, 5)] + [(5, "greedy")]
     steps, _ = run_until_stop(list(measured), noise=0.08)
-    failed = {(next((s for s in steps if s.repeat), steps[0]) if steps else decide(trials_for(*measured))).key}
+    step = next((s for s in steps if s.repeat), steps[0]) if steps else decide(trials_for(*measured))
+    failed = {step.configuration.key if step.configuration is not None else None}
     trials = trials_for(*measured, noise=0.08)
     for _ in range(11 - len(measured) + 1):  # the grid has 11: at most 6 more starts, then a stop
         decision = decide(trials, exclude=failed)
-        if decision.params is None:
+        if decision.configuration is None:
             break
-        assert decision.key not in failed, decision.reason
+        assert decision.configuration.key not in failed, decision.reason
         trials.append(make_trial(len(trials), *chosen(decision), noise=0.08))
     else:
         raise AssertionError("the search did not stop")
 
 
 def test_a_failed_largest_k_moves_the_acceptance_run_down() -> None:
-    failed = config_key(SPACE.config_from_params(SPACE.params_for({"num_speculative_tokens": 5})))
+    failed = SPACE.configuration(SPACE.params_for({"num_speculative_tokens": 5})).key
     decision = decide(trials_for((0, "off")), exclude={failed})
     assert decision.phase == "largest k" and chosen(decision) == (4, "greedy")
 
@@ -302,12 +304,13 @@ def test_resume_decides_from_the_stored_trials(tmp_path: Path) -> None:
     before = decide(study.get_trials(deepcopy=False))
     again = optuna.load_study(study_name="s", storage=storage)
     after = decide(again.get_trials(deepcopy=False))
-    assert after.phase == before.phase == "worth it" and after.params == before.params
+    assert after.phase == before.phase == "worth it" and after.configuration == before.configuration
+    assert before.configuration is not None and after.configuration.params == before.configuration.params
     # A worker that is measuring a configuration keeps the others off it.
     running = again.ask(fixed_distributions=DISTRIBUTIONS)
-    running.set_user_attr("key", before.key)
+    running.set_user_attr("key", before.configuration.key)
     other = decide(again.get_trials(deepcopy=False))
-    assert other.key != before.key
+    assert other.configuration != before.configuration
 
 
 def small_model_study(name: str, **search) -> dict:
@@ -393,7 +396,7 @@ def ngram_trial(number: int, k: int):
         row |= {"num_drafts": 400, "accepted_per_position": counts, "mean_acceptance_length": 1 + sum(counts) / 400}
     trial = optuna.trial.create_trial(
         params=params, distributions=distributions, value=NGRAM_RATES[k],
-        user_attrs={"key": config_key(spec), "spec": None if spec is None else spec.to_json(),
+        user_attrs={"key": Configuration(spec=spec).key, "spec": None if spec is None else spec.to_json(),
                     "results": {"prose": {"1": row}}, "constraints": [0.0]},
     )  # fmt: skip
     trial.number = number  # each its own server start
@@ -410,10 +413,10 @@ def test_a_drafter_that_looks_drafts_up_is_searched_by_the_one_model_in_fewer_st
     while len(steps) < NGRAM_SPACE.size():
         trials = [read_trial(ngram_trial(i, k)) for i, k in enumerate(ks)]
         decision = decide_next(trials, NGRAM_SPACE, SETTINGS)
-        if decision.params is None:
+        if decision.configuration is None:
             break
         steps.append(decision)
-        ks.append(decision.params["num_speculative_tokens"])
+        ks.append(decision.configuration.num_speculative_tokens)
     assert decision.phase == "stop" and len(ks) <= NGRAM_SPACE.size(), ks
     assert all(s.phase == "worth it" and s.value.share >= s.price_share for s in steps)
     assert decision.picks[("prose", 1)].num_speculative_tokens in ks
@@ -431,9 +434,9 @@ def test_draft_lengths_the_engine_says_never_draft_are_not_started() -> None:
     ks = [0, 8, 3]
     while True:
         decision = decide_next([read_trial(ngram_trial(i, k)) for i, k in enumerate(ks)], space, SETTINGS)
-        if decision.params is None:
+        if decision.configuration is None:
             break
-        ks.append(decision.params["num_speculative_tokens"])
+        ks.append(decision.configuration.num_speculative_tokens)
     assert 1 not in ks and 2 not in ks, ks
     assert len(ks) <= NGRAM_SPACE.size() - 2, ks  # the two starts are saved, not spent on repeats instead
     assert decision.picks[("prose", 1)].num_speculative_tokens in ks
@@ -453,10 +456,10 @@ def test_a_drafter_that_takes_its_top_token_is_predicted_not_measured_at_every_k
     while True:
         trials = [read_trial(make_trial(i, k, "greedy", space=space)) for i, k in enumerate(ks)]
         decision = decide_next(trials, space, SETTINGS)
-        if decision.params is None:
+        if decision.configuration is None:
             break
         phases.append(decision.phase)
-        ks.append(decision.params["num_speculative_tokens"])
+        ks.append(decision.configuration.num_speculative_tokens)
     assert "every k" not in phases, phases
     assert len(set(ks)) < space.size(), ks
 
@@ -489,3 +492,20 @@ def test_a_lookup_level_counts_its_undrafted_steps_from_its_counters() -> None:
     (observation,) = study_observations([read_trial(trial).measured_config()], "prose")
     assert observation.tokens_per_step == pytest.approx(990 / 690)
     assert observation.drafted_share == pytest.approx(200 / 690)
+
+
+def test_a_configuration_is_its_key_whatever_parameters_named_it() -> None:
+    greedy, probabilistic = (
+        NGRAM_SPACE.configuration({"num_speculative_tokens": 2, "draft_sample_method": method})
+        for method in ("greedy", "probabilistic")
+    )
+    # at temperature 0, and for a drafter that samples nothing, both draft samplings are one server
+    assert greedy.params != probabilistic.params and greedy == probabilistic and len({greedy, probabilistic}) == 1
+    assert greedy.key == '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3,"prompt_lookup_min":3}'
+    assert Configuration.from_key(greedy.key) == greedy and greedy.num_speculative_tokens == 2
+    off = NGRAM_SPACE.configuration(NGRAM_SPACE.params_for(None))
+    assert off.spec is None and off.key == OFF_KEY == "off" and Configuration.from_key("off") == off
+    assert len(NGRAM_SPACE.configurations()) == NGRAM_SPACE.size() == 9  # off and k = 1..8, each once
+    assert (configuration_label(greedy), configuration_label(off, short=True)) == (
+        'k=2 ngram prompt_lookup_max=3,prompt_lookup_min=3 (greedy)', "speculation off",
+    )  # fmt: skip

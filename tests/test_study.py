@@ -18,7 +18,7 @@ import httpx
 import optuna
 import pytest
 
-from specsweep.config import parse_study_config
+from specsweep.config import SearchSpace, parse_study_config
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.engines import vllm_graphs
 from specsweep.engines.registry import engine_info
@@ -27,12 +27,14 @@ from specsweep.errors import ConfigError
 from specsweep.runtime.identity import ServerIdentity, read_identity
 from specsweep.runtime.trial_server import StartedServer, placeholder_values, render_command, template_argv
 from specsweep.tuning.events import Note
-from specsweep.tuning.records import is_repeat
+from specsweep.tuning.records import is_repeat, measured_configs, record_config
+from specsweep.tuning.space import build_space
+from specsweep.tuning.stored import pick_best
 from specsweep.tuning.study import StudyRunner
-from specsweep.tuning.study_settings import read_study_settings, with_server_facts
+from specsweep.tuning.study_settings import read_study_settings, with_server_facts, write_study_settings
 from specsweep.tuning.study_store import settings_of, study_paths
 from specsweep.tuning.trial import captured_widths_of
-from specsweep.types import BootFacts, CapturedWidths
+from specsweep.types import BootFacts, CapturedWidths, Configuration
 
 from .builders import emulator_study, specsweep, write_study
 from .conftest import print_truth
@@ -478,3 +480,63 @@ def test_slo_constraints_mark_configurations_infeasible(tmp_path: Path) -> None:
     assert len(configs) == 2 and not any(c.feasible for c in configs)
     assert best_overall(configs) is None
     assert all(t.user_attrs["constraints"][1] > 0 for t in outcome.study.trials)
+
+
+# A study as earlier versions stored it: the study's and its trials' attributes written out as
+# strings, not through the code that writes them now, so a change to that code cannot hide here.
+STORED_SPEC = '{"method":"dspark","num_speculative_tokens":3,"draft_sample_method":"probabilistic"}'
+
+
+def stored_trial(number: int, key: str, spec: str | None, rate: float) -> optuna.trial.FrozenTrial:
+    trial = optuna.trial.create_trial(
+        params={"num_speculative_tokens": 0 if spec is None else 3, "draft_sample_method": "probabilistic"},
+        distributions={
+            "num_speculative_tokens": optuna.distributions.CategoricalDistribution([0, 3]),
+            "draft_sample_method": optuna.distributions.CategoricalDistribution(["greedy", "probabilistic"]),
+        },
+        value=rate,
+        user_attrs={
+            "worker": "host-1", "key": key, "spec": spec, "constraints": [0.0],
+            "results": {"technical": {"1": {"output_tokens_per_s": rate, "errors": 0, "requests": 8}}},
+        },
+    )  # fmt: skip
+    trial.number = number
+    return trial
+
+
+def test_a_stored_study_reads_and_writes_its_configurations_as_it_always_did(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="old", storage=storage, direction="maximize")
+    for name, value in {"workloads": {"technical": 1.0}, "concurrency": [1], "objective_concurrency": 1,
+                        "num_speculative_tokens_range": [1, 3], "baseline_key": STORED_SPEC}.items():  # fmt: skip
+        study.set_user_attr(name, value)
+    study.add_trial(stored_trial(0, "off", None, 20.0))
+    study.add_trial(stored_trial(1, STORED_SPEC, STORED_SPEC, 30.0))
+
+    study = optuna.load_study(study_name="old", storage=storage)
+    configs = measured_configs(study)
+    assert [c.key for c in configs] == ["off", STORED_SPEC]
+    assert configs[0].spec is None and configs[1].configuration == Configuration.from_key(STORED_SPEC)
+    assert configs[1].spec is not None and configs[1].spec.to_json() == STORED_SPEC
+    settings = read_study_settings(study, configs)
+    assert settings.baseline is not None and settings.baseline.key == STORED_SPEC
+    pick = pick_best(configs, workload="technical", concurrency=1, baseline=settings.baseline)
+    assert pick is not None and (pick.rate, pick.off_rate, pick.baseline_rate) == (30.0, 20.0, 30.0)
+
+    # written again by today's code: the same attributes, character for character
+    again = optuna.create_study(study_name="new", storage=storage, direction="maximize")
+    write_study_settings(again, settings)
+    assert again.user_attrs["baseline_key"] == STORED_SPEC
+    space = build_space(SearchSpace(num_speculative_tokens=(3, 3), fixed={"method": "dspark"}, no_speculation=True),
+                        temperature=1.0, engine_has_draft_sample_method=True)  # fmt: skip
+    for params, key in ((space.params_for(None), "off"), (space.params_for(json.loads(STORED_SPEC)), STORED_SPEC)):
+        trial = again.ask()
+        configuration = space.configuration(params)
+        assert configuration.key == key
+        record_config(trial, configuration)
+        stored = again.trials[trial.number].user_attrs
+        assert (stored["key"], stored["spec"]) == (key, None if key == "off" else key)
+    # a speculation-off baseline is stored as "off" and read back as speculation off
+    write_study_settings(again, replace(settings, baseline=Configuration(spec=None)))
+    assert again.user_attrs["baseline_key"] == "off"
+    assert read_study_settings(again, configs).baseline == Configuration(spec=None)

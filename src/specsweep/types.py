@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, TypeVar
 
@@ -96,6 +96,41 @@ class SpeculativeConfig:
             ]
         out.update(self.extra)
         return json.dumps(out, separators=(",", ":"))
+
+
+OFF_KEY = "off"  # the key of speculation off
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class Configuration:
+    """One configuration of a study: the server a start runs, from the study file's search space
+    to the paste. Equal keys are equal configurations (the same server), whatever parameters
+    named them: both draft samplings of a drafter that samples nothing are one configuration."""
+
+    spec: SpeculativeConfig | None  # None: speculation off
+    # the optuna parameters it came from (tuning/space.py); empty when read back from a spec alone
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """Its canonical name, as a study stores it: ``off``, or the spec config's JSON."""
+        return OFF_KEY if self.spec is None else self.spec.to_json()
+
+    @classmethod
+    def from_key(cls, key: str) -> Configuration:
+        """The configuration a stored key names (:attr:`key` read back)."""
+        return cls(spec=None if key == OFF_KEY else SpeculativeConfig.from_json(key))
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        """Its draft length (0: speculation off)."""
+        return 0 if self.spec is None else int(self.spec.num_speculative_tokens or 0)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Configuration) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -231,16 +266,23 @@ class LevelFigures:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MeasuredConfig:
-    """One measured configuration of a study."""
+    """One measured configuration of a study: one trial's start of it."""
 
     trial: int
-    key: str
-    spec: SpeculativeConfig | None
+    configuration: Configuration
     objective: float
     feasible: bool
     results: dict[str, dict[int, LevelFigures]]  # workload -> concurrency -> figures
     boot: BootFacts
     startup_s: float | None
+
+    @property
+    def key(self) -> str:
+        return self.configuration.key
+
+    @property
+    def spec(self) -> SpeculativeConfig | None:
+        return self.configuration.spec
 
     def level(self, workload: str, concurrency: int) -> LevelFigures | None:
         return self.results.get(workload, {}).get(concurrency)
@@ -311,8 +353,7 @@ class StudySettings:
     concurrency_levels: tuple[int, ...]
     objective_concurrency: int
     k_range: tuple[int, int] | None  # search.num_speculative_tokens
-    baseline_key: str | None  # the configuration run today, as tuning keys it
-    baseline: SpeculativeConfig | None = None  # the same, parsed (None: none, or speculation off)
+    baseline: Configuration | None  # the configuration run today (None: the study names none)
     engine: str = "vllm"
     temperature: float | None = None
     config_source: str | None = None

@@ -1,5 +1,5 @@
 """The vocabulary every comparison speaks: a drafter, a candidate (a drafter at k, or speculation
-off), and how each is named in output.
+off), and how each, and a configuration (types.Configuration), is named in output.
 
 A drafter is everything in a spec config but its draft length: the method with any other field a
 study sets or opens (``model``, ``prompt_lookup_max``, ...) and the draft sampling. Acceptance
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specsweep.errors import ConfigError
-from specsweep.types import SpeculativeConfig
+from specsweep.types import Configuration, SpeculativeConfig
 
 # Fields of a spec config that say how long or how drafts are drawn, not which drafter runs.
 _NOT_DRAFTER_FIELDS = ("num_speculative_tokens", "draft_sample_method", "num_speculative_tokens_per_batch_size")
@@ -83,6 +83,14 @@ def candidate_of(spec: SpeculativeConfig | None, concurrency: int = 1) -> Candid
     drafter = drafter_of(spec)
     k = spec.k_for_batch_size(concurrency) if spec is not None else 0
     return Candidate(drafter=drafter if k else None, num_speculative_tokens=k if drafter else 0)
+
+
+def configuration_label(configuration: Configuration, *, short: bool = False) -> str:
+    """How output names a configuration: its candidate's label (``k=2 dspark (probabilistic)``, or
+    with ``short`` ``k=2 probabilistic``; ``speculation off``). A per-batch-size table is named by
+    its k at one sequence."""
+    candidate = candidate_of(configuration.spec)
+    return candidate.short_label if short else candidate.label
 
 
 def drafter_fields(drafter: Drafter) -> dict[str, object]:

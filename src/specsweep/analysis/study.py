@@ -271,7 +271,7 @@ def analyze_with_settings(
         objective_concurrency=settings.objective_concurrency,
         k_min=settings.k_range[0] if settings.k_range else 1,
         k_max=settings.k_max,
-        baseline=settings.baseline,
+        baseline=None if settings.baseline is None else settings.baseline.spec,
         max_num_seqs=settings.max_num_seqs,
         seed=seed,
         noise_prior=settings.noise_prior,

@@ -13,7 +13,7 @@ from rich.console import Console, Group
 from rich.status import Status
 from rich.text import Text
 
-from specsweep.analysis.drafters import candidate_of
+from specsweep.analysis.drafters import candidate_of, configuration_label
 from specsweep.analysis.study import StudyAnalysis
 from specsweep.cli.rig_printers import describe_rig
 from specsweep.report.study_report import baseline_name, recommendation_summary, snippet_for, snippet_heading
@@ -32,7 +32,7 @@ from specsweep.tuning.events import (
     TrialStarting,
     Waiting,
 )
-from specsweep.tuning.plan import StudyPlan
+from specsweep.tuning.plan import PlannedConfiguration, StudyPlan
 from specsweep.tuning.stored import pick_best
 from specsweep.tuning.study_time import StudyTime
 from specsweep.types import ClockName, MeasuredConfig, StudySettings
@@ -159,8 +159,8 @@ class StudyProgress:
         match event:
             case Note(text=text):
                 out.print(f"note: {text}")
-            case TrialStarting(trial=trial, spec=spec):
-                status.update(f"trial {trial}: starting the server ({candidate_of(spec).short_label})")
+            case TrialStarting(trial=trial, configuration=configuration):
+                status.update(f"trial {trial}: starting the server ({configuration_label(configuration, short=True)})")
             case TrialReady(trial=trial, startup_s=startup_s):
                 status.update(f"trial {trial}: server ready after {startup_s:.1f} s")
             case TrialProgress(trial=trial, workload=workload, event=WarmingUp(concurrency=level)):
@@ -172,7 +172,7 @@ class StudyProgress:
                 elapsed = time.monotonic() - self.level_started
                 live = f", {self.level_tokens / elapsed:,.0f} tok/s wall clock" if elapsed > 0 else ""
                 status.update(f"trial {trial}: {workload} measuring concurrency {level}{live}")
-            case TrialDone(trial=trial, spec=spec, results=results, boot_s=boot_s, measure_s=measure_s) as done:
+            case TrialDone(trial=trial, results=results, boot_s=boot_s, measure_s=measure_s) as done:
                 rates = "; ".join(
                     f"{w} " + ", ".join(f"{row.output_tokens_per_s:.1f} at {b}" for b, row in levels.items())
                     for w, levels in results.items()
@@ -181,8 +181,9 @@ class StudyProgress:
                 if boot_s is not None and measure_s is not None:
                     unit = " modelled" if done.modelled else ""
                     took = f"  (boot {_minutes(boot_s)}, measuring {_minutes(measure_s)}{unit})"
-                out.print(f"trial {trial:3d}  {candidate_of(spec).short_label:22s} {rates} tok/s{took}")
-            case Planned(phase=phase, reason=reason, params=params) if params is not None:
+                label = configuration_label(done.configuration, short=True)
+                out.print(f"trial {trial:3d}  {label:22s} {rates} tok/s{took}")
+            case Planned(phase=phase, reason=reason, configuration=configuration) if configuration is not None:
                 out.print(f"          next: {phase}: {reason}")
             case StartsLeft() as left:
                 out.print(f"          {left_line(left)}")
@@ -204,18 +205,19 @@ def print_best_measured(out: Console, configs: Sequence[MeasuredConfig], setting
     )
     for name in settings.workloads:
         for level in settings.concurrency_levels:
-            pick = pick_best(configs, workload=name, concurrency=level, baseline_key=settings.baseline_key)
+            pick = pick_best(configs, workload=name, concurrency=level, baseline=settings.baseline)
             if pick is None:
                 continue
             gains = []
             if pick.off_rate and pick.best.spec is not None:
                 gains.append(f"{100 * (pick.rate / pick.off_rate - 1):+.1f}% vs speculation off")
-            if pick.baseline_rate and settings.baseline is not None:
-                over = baseline_name(candidate_of(settings.baseline, level))
+            if pick.baseline_rate and settings.baseline is not None and settings.baseline.spec is not None:
+                over = baseline_name(candidate_of(settings.baseline.spec, level))
                 gains.append(f"{100 * (pick.rate / pick.baseline_rate - 1):+.1f}% vs {over}")
             gap = f"; runner-up {100 * pick.runner_up_gap:.1f}% slower" if pick.runner_up_gap is not None else ""
             out.print(
-                f"  {name} at concurrency {level}: {candidate_of(pick.best.spec).short_label}  {pick.rate:.1f} tok/s  "
+                f"  {name} at concurrency {level}: {configuration_label(pick.best.configuration, short=True)}  "
+                f"{pick.rate:.1f} tok/s  "
                 f"({', '.join(gains) or _no_reference(pick.best)}{gap})"
             )
 
@@ -304,10 +306,16 @@ def _scale(report: WatchReport) -> str:
     return f"; {report.rates_note}" if report.rates_note else ""
 
 
+def _planned_label(planned: PlannedConfiguration, plan: StudyPlan) -> str:
+    """A planned configuration's label, with ``(baseline)`` after a speculative baseline."""
+    c = planned.configuration
+    return configuration_label(c) + (" (baseline)" if c.spec is not None and c == plan.baseline else "")
+
+
 def print_plan(out: Console, plan: StudyPlan) -> None:
     """``study --dry-run``: the space, the levels and workloads, and every server command."""
     out.print(f"[bold]dry run[/bold] of study {plan.name}: nothing is started, nothing is written")
-    first = [c.label for c in plan.configurations if c.first]
+    first = [_planned_label(c, plan) for c in plan.configurations if c.first]
     out.print(
         f"space: {len(plan.configurations)} distinct configurations on {plan.engine} ({plan.mode} mode), "
         f"sampler {plan.sampler}; measured first: {', '.join(first) or 'none'}"
@@ -325,7 +333,7 @@ def print_plan(out: Console, plan: StudyPlan) -> None:
     out.print("server command per configuration" + (" (PORT: a free port picked at each start)" if any(
         " PORT" in c.command for c in plan.configurations) else "") + ":")  # fmt: skip
     for c in plan.configurations:
-        out.print(f"  {c.label}:", highlight=False)
+        out.print(f"  {_planned_label(c, plan)}:", highlight=False)
         out.print(f"    {c.command}", highlight=False, markup=False)
     for warning in plan.warnings:
         out.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)

@@ -216,6 +216,20 @@ def write_report(
     )  # fmt: skip
 
 
+def _settings_json(settings: StudySettings) -> dict[str, Any]:
+    """The settings as results.json keeps them: the baseline as its key (``baseline_key``) and its
+    spec config's JSON (``baseline``, None for speculation off)."""
+    out: dict[str, Any] = {}
+    for name, value in asdict(settings).items():
+        if name == "baseline":
+            base = settings.baseline
+            out["baseline_key"] = None if base is None else base.key
+            out["baseline"] = None if base is None or base.spec is None else base.spec.to_json()
+        else:
+            out[name] = value
+    return out
+
+
 def results_document(
     analysis: StudyAnalysis, configs: Sequence[MeasuredConfig], settings: StudySettings, snippet_format: str
 ) -> dict[str, Any]:
@@ -223,10 +237,9 @@ def results_document(
     return finite_json(
         {
             "settings": {
-                **asdict(settings),
+                **_settings_json(settings),
                 "workloads": list(settings.workloads),
                 "k_max": settings.k_max,
-                "baseline": settings.baseline.to_json() if settings.baseline else None,
                 "engine_flags": sorted(settings.engine_flags) if settings.engine_flags else None,
             },
             "recommendations": [asdict(r) for r in analysis.recommendations],

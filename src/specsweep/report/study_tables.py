@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
-from specsweep.analysis.drafters import candidate_of
+from specsweep.analysis.drafters import candidate_of, configuration_label
 from specsweep.report import document as doc
 from specsweep.types import LevelFigures, MeasuredConfig
 
@@ -27,7 +27,7 @@ def results_csv(configs: Sequence[MeasuredConfig]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_KEYS + CSV_FIGURES)
     for config in sorted(configs, key=lambda c: c.trial):
-        label = candidate_of(config.spec).label
+        label = configuration_label(config.configuration)
         for workload, levels in config.results.items():
             for level in sorted(levels):
                 row = asdict(levels[level])
@@ -56,7 +56,7 @@ def latency_table(workloads: Sequence[str], configs: Sequence[MeasuredConfig]) -
                 if figures.tpot_p50_s is None and figures.itl_p50_s is None:
                     continue
                 rows.append((
-                    str(config.trial), candidate_of(config.spec).label, workload, str(level),
+                    str(config.trial), configuration_label(config.configuration), workload, str(level),
                     _ms(figures.tpot_p50_s), _ms(figures.tpot_p99_s), _ms(figures.itl_p50_s), _ms(figures.itl_p99_s),
                     "-" if figures.ttft_p95_s is None else f"{figures.ttft_p95_s:.3f}",
                 ))  # fmt: skip

@@ -13,11 +13,10 @@ version and model; any difference is refused with the field named.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import optuna
 
-from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of, drafter_of
+from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, configuration_label, drafter_of
 from specsweep.config import StudyConfig
 from specsweep.errors import ConfigError
 from specsweep.rigs.file import RIG_FILE, check_identity, template_server_args, write_rig
@@ -33,14 +32,17 @@ from specsweep.tuning.events import Note, StudyEvent
 from specsweep.tuning.records import TrialRecord, read_trials
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import StudyPaths
-from specsweep.types import EventCallback
+from specsweep.types import Configuration, EventCallback
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlannedTrial:
-    params: dict[str, Any]
-    candidate: Candidate
+    configuration: Configuration
     reason: str
+
+    @property
+    def candidate(self) -> Candidate:
+        return candidate_of(self.configuration.spec)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,28 +75,24 @@ def plan_trials(rig: Rig, runner: StudyRunner, config: StudyConfig) -> tuple[tup
     space = runner.space
     low, high = config.search.num_speculative_tokens
     method = space.draft_sample_methods[0]
-    top = {"num_speculative_tokens": high, "draft_sample_method": method}
-    spec = space.config_from_params(top)
-    drafter = drafter_of(spec)
+    top = space.configuration({"num_speculative_tokens": high, "draft_sample_method": method})
+    drafter = drafter_of(top.spec)
     assert drafter is not None
     known = rig.draft_lengths(drafter)
     reason = f"every workload's acceptance at the largest k ({high}); smaller k follow from it"
     if known and high > max(known):
         reason += f"; also its step time, beyond the rig's k={max(known)}"
-    plan = [PlannedTrial(params=top, candidate=candidate_of(spec), reason=reason)]
+    plan = [PlannedTrial(configuration=top, reason=reason)]
     if not known and low < high:
         plan.append(
             PlannedTrial(
-                params={"num_speculative_tokens": low, "draft_sample_method": method},
-                candidate=Candidate(drafter=drafter, num_speculative_tokens=low),
+                configuration=space.configuration({"num_speculative_tokens": low, "draft_sample_method": method}),
                 reason=f"the rig has no {drafter.label}: a second k for its step time",
             )
         )
     if config.search.no_speculation and not all(rig.has_off(b) for b in config.measure.concurrency):
-        off = PlannedTrial(
-            params=space.params_for(None), candidate=OFF, reason="speculation off: the rig has no off point"
-        )
-        plan.append(off)
+        off = space.configuration(space.params_for(None))
+        plan.append(PlannedTrial(configuration=off, reason="speculation off: the rig has no off point"))
     return tuple(plan), drafter
 
 
@@ -119,7 +117,7 @@ def run_rig_study(
     starts = 0
     unchecked: tuple[str, ...] = ()
     for number, item in enumerate(plan):
-        starts += runner.measure(item.params).started_server
+        starts += runner.measure(item.configuration).started_server
         if number == 0:
             unchecked = _check_running_server(rig, read_trials(runner.study))
     trials = read_trials(runner.study, (optuna.trial.TrialState.COMPLETE,))
@@ -132,15 +130,18 @@ def run_rig_study(
             results[0].recommendations[0],
         )
         k = target.recommendation.choice.num_speculative_tokens
-        params = {"num_speculative_tokens": k, "draft_sample_method": plan[0].params["draft_sample_method"]}
+        params = {
+            "num_speculative_tokens": k,
+            "draft_sample_method": plan[0].configuration.params["draft_sample_method"],
+        }
         if k == 0:
             params = runner.space.params_for(None)
-        measured = _measured_rates(read_trials(runner.study), params)
+        optimum = runner.space.configuration(params)
+        measured = _measured_rates(read_trials(runner.study), optimum)
         if measured is None:
-            label = candidate_of(runner.space.config_from_params(params)).short_label
-            emit(Note(text=f"checking the predicted optimum: {label}"))
-            starts += runner.measure(params).started_server
-            measured = _measured_rates(read_trials(runner.study), params) or {}
+            emit(Note(text=f"checking the predicted optimum: {configuration_label(optimum, short=True)}"))
+            starts += runner.measure(optimum).started_server
+            measured = _measured_rates(read_trials(runner.study), optimum) or {}
         rows = tuple(
             (res.workload, level, _predicted(item, k), measured.get((res.workload, level)))
             for res in results
@@ -211,8 +212,8 @@ def _recommend(
     return tuple(out)
 
 
-def _measured_rates(trials: list[TrialRecord], params: dict[str, Any]) -> dict[tuple[str, int], float] | None:
-    k = int(params["num_speculative_tokens"])
+def _measured_rates(trials: list[TrialRecord], configuration: Configuration) -> dict[tuple[str, int], float] | None:
+    k = configuration.num_speculative_tokens
     for trial in trials:
         if trial.measured and trial.num_speculative_tokens == k:
             return {

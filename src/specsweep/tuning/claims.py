@@ -1,6 +1,6 @@
 """Which worker measures which configuration: a claim protocol over the study's storage alone.
 
-Several workers may share one study. Each configuration (its key, tuning/space.py) is measured
+Several workers may share one study. Each configuration (its key, types.Configuration) is measured
 once: a worker writes the key into its trial before it reads the storage again, so of two trials
 that claim the same key at once, at least one sees the other. The later trial (higher number)
 gives way to the earlier one; the earlier one waits briefly for a later one it sees to give way,

@@ -7,10 +7,9 @@ measurement events (``WarmingUp``, ``LevelStarted``, ``RequestDone``) with the t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from specsweep.runtime.measure import MeasureEvent
-from specsweep.types import BootFacts, LevelFigures, SpeculativeConfig
+from specsweep.types import BootFacts, Configuration, LevelFigures
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,11 +21,11 @@ class Note:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Planned:
-    """The search chose the next configuration (``params``), or says why it stops (None)."""
+    """The search chose the next configuration, or says why it stops (None)."""
 
     phase: str
     reason: str
-    params: dict[str, Any] | None
+    configuration: Configuration | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,7 +44,7 @@ class StartsLeft:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrialStarting:
     trial: int
-    spec: SpeculativeConfig | None
+    configuration: Configuration
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +73,7 @@ class TrialProgress:
 class TrialDone:
     trial: int
     value: float
-    spec: SpeculativeConfig | None
+    configuration: Configuration
     results: dict[str, dict[int, LevelFigures]]
     boot_s: float | None = None  # what this start's boot took
     measure_s: float | None = None

@@ -11,12 +11,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from specsweep.analysis.drafters import candidate_of
 from specsweep.config import StudyConfig
 from specsweep.engines.registry import engine_info
 from specsweep.runtime.trial_server import TrialServer, read_help_flags
 from specsweep.tuning.space import build_space, check_space, check_spec_args
 from specsweep.tuning.storage import check_storage_url
+from specsweep.types import Configuration
 from specsweep.workload import load_workload, too_small
 
 
@@ -24,7 +24,7 @@ from specsweep.workload import load_workload, too_small
 class PlannedConfiguration:
     """One configuration of the space and the command its server would be started with."""
 
-    label: str
+    configuration: Configuration
     command: str
     first: bool  # measured first, before the search chooses: speculation off and the baseline
 
@@ -46,6 +46,7 @@ class StudyPlan:
     mode: str
     sampler: str
     configurations: tuple[PlannedConfiguration, ...]
+    baseline: Configuration | None  # search.baseline, measured first (None: the study names none)
     collapsed: str | None  # why draft sampling is not searched, when it is not
     workloads: tuple[PlannedWorkload, ...]
     concurrency: tuple[int, ...]
@@ -75,18 +76,15 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     if config.storage is not None:
         check_storage_url(config.storage)
     server = TrialServer(config.server, engine, log_path=Path(os.devnull), help_flags=help_flags)
-    baseline = space.config_from_params(space.params_for(config.search.baseline)) if config.search.baseline else None
-    configurations = []
-    for trial, params in enumerate(space.distinct_params()):
-        spec = space.config_from_params(params)
-        is_baseline = baseline is not None and spec == baseline
-        configurations.append(
-            PlannedConfiguration(
-                label=candidate_of(spec).label + (" (baseline)" if is_baseline else ""),
-                command=server.planned_command(spec, trial=trial),
-                first=spec is None or is_baseline,
-            )
+    baseline = space.configuration(space.params_for(config.search.baseline)) if config.search.baseline else None
+    configurations = [
+        PlannedConfiguration(
+            configuration=c,
+            command=server.planned_command(c.spec, trial=trial),
+            first=c.spec is None or c == baseline,
         )
+        for trial, c in enumerate(space.configurations())
+    ]
     workloads = []
     for name, weight in config.workloads.items():
         loaded = load_workload(name)
@@ -135,7 +133,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
         budget += "; every configuration once"
     return StudyPlan(
         name=config.name, engine=engine.name, mode=config.server.mode, sampler=config.sampler,
-        configurations=tuple(configurations), collapsed=collapsed, workloads=tuple(workloads),
+        configurations=tuple(configurations), baseline=baseline, collapsed=collapsed, workloads=tuple(workloads),
         concurrency=tuple(m.concurrency), requests=requests, max_tokens=m.max_tokens, temperature=m.temperature,
         objective=f"aggregate output tok/s at concurrency {objective.concurrency}, with {', '.join(constraints)}",
         budget=budget, warnings=tuple(warnings),

@@ -23,8 +23,7 @@ from specsweep.analysis.stopping import estimate_rate
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
 from specsweep.runtime.run_owner import RunOwner
-from specsweep.tuning.space import OFF_KEY
-from specsweep.types import BootFacts, LevelFigures, MeasuredConfig, RequestRecord, SpeculativeConfig
+from specsweep.types import BootFacts, Configuration, LevelFigures, MeasuredConfig, RequestRecord, SpeculativeConfig
 
 
 class TrialOutcome(StrEnum):
@@ -163,7 +162,7 @@ class TrialRecord:
     state: optuna.trial.TrialState
     params: dict[str, Any]
     value: float | None
-    key: str | None  # the configuration's key (tuning/space.py); None before the trial claimed one
+    key: str | None  # the configuration's key as stored (types.Configuration.key); None before the trial claimed one
     spec: SpeculativeConfig | None
     worker: str | None
     results: dict[str, dict[int, LevelFigures]] = field(default_factory=dict)
@@ -206,8 +205,7 @@ class TrialRecord:
     def measured_config(self) -> MeasuredConfig:
         return MeasuredConfig(
             trial=self.number,
-            key=self.key or OFF_KEY,
-            spec=self.spec,
+            configuration=Configuration(spec=self.spec, params=self.params),
             objective=float(self.value or 0.0),
             feasible=self.feasible,
             results=self.results,
@@ -272,10 +270,10 @@ def record_heartbeat(storage: optuna.storages.BaseStorage, trial_id: int, at: fl
     storage.set_trial_user_attr(trial_id, "heartbeat_at", at)
 
 
-def record_config(trial: optuna.Trial, *, key: str, spec: SpeculativeConfig | None) -> None:
+def record_config(trial: optuna.Trial, configuration: Configuration) -> None:
     """The configuration a trial measures; written before the storage is read again (the claim)."""
-    trial.set_user_attr("key", key)
-    trial.set_user_attr("spec", None if spec is None else spec.to_json())
+    trial.set_user_attr("key", configuration.key)
+    trial.set_user_attr("spec", None if configuration.spec is None else configuration.spec.to_json())
 
 
 def record_boot(

@@ -5,7 +5,7 @@ Parameters: ``num_speculative_tokens`` (0 means speculation off), ``draft_sample
 ``search.fixed`` are added to every config. Two parameter sets that give the same effective
 server (speculation off with either draft method; both draft methods at temperature 0, where
 they are identical, or for a drafter that looks tokens up instead of sampling them) share one
-key, so the second costs no start. Each engine validates the fields it takes (llama.cpp has
+key (types.Configuration), so the second costs no start. Each engine validates the fields it takes (llama.cpp has
 fields of its own beside vLLM's).
 """
 
@@ -27,9 +27,7 @@ from specsweep.engines.vllm import (
 )
 from specsweep.engines.vllm import looks_up as vllm_looks_up  # the default engine's rule
 from specsweep.errors import ConfigError
-from specsweep.types import SpeculativeConfig
-
-OFF_KEY = "off"
+from specsweep.types import Configuration, SpeculativeConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,20 +55,21 @@ class Space:
         return grid
 
     def size(self) -> int:
-        return len(self.distinct_keys())
+        return len(self.configurations())
 
-    def distinct_keys(self) -> list[str]:
-        """The effective configurations of the grid, each once."""
-        return [config_key(self.config_from_params(p)) for p in self.distinct_params()]
-
-    def distinct_params(self) -> list[dict[str, Any]]:
-        """One parameter set per effective configuration, by draft length then draft method."""
-        found: dict[str, dict[str, Any]] = {}
+    def configurations(self) -> list[Configuration]:
+        """The effective configurations of the grid, each once (with the first parameter set that
+        names it), by draft length then draft method."""
+        found: dict[str, Configuration] = {}
         names = list(self.grid())
         for values in itertools.product(*self.grid().values()):
-            params = dict(zip(names, values, strict=True))
-            found.setdefault(config_key(self.config_from_params(params)), params)
+            configuration = self.configuration(dict(zip(names, values, strict=True)))
+            found.setdefault(configuration.key, configuration)
         return list(found.values())
+
+    def configuration(self, params: dict[str, Any]) -> Configuration:
+        """The configuration a parameter set names (ConfigError: no spec config the engine takes)."""
+        return Configuration(spec=self.config_from_params(params), params=dict(params))
 
     def config_from_params(self, params: dict[str, Any]) -> SpeculativeConfig | None:
         """The validated spec config for a parameter set (None: speculation off)."""
@@ -96,8 +95,7 @@ class Space:
     def _idle_notes(self) -> list[str]:
         idle: dict[str, list[int]] = {}  # the engine's reason -> the draft lengths it holds for
         drafting = 0
-        for params in self.distinct_params():
-            spec = self.config_from_params(params)
+        for spec in (c.spec for c in self.configurations()):
             if spec is None:
                 continue
             reason = self.never_drafts(spec)
@@ -118,8 +116,7 @@ class Space:
         if self.methods_collapsed or len(self.draft_sample_methods) < 2:
             return []
         ignored = set()
-        for params in self.distinct_params():
-            spec = self.config_from_params(params)
+        for spec in (c.spec for c in self.configurations()):
             if spec is not None and not self.samples_drafts(spec):
                 ignored.add(spec.extra.get("spec_type") or spec.method or "the default method")
         return [
@@ -213,13 +210,8 @@ def check_start_command(start: str | tuple[str, ...] | None, engine: str, source
 def check_spec_args(space: Space, engine: EngineInfo, source: str, *, help_flags: frozenset[str] | None = None) -> None:
     """ConfigError naming [search] if the engine cannot render a configuration of the space as flags
     (on llama.cpp, for the build whose ``--help`` listed ``help_flags``)."""
-    for params in space.distinct_params():
+    for configuration in space.configurations():
         try:
-            engine.spec_args(space.config_from_params(params), help_flags=help_flags)
+            engine.spec_args(configuration.spec, help_flags=help_flags)
         except ConfigError as exc:
             raise ConfigError(f"{source}: [search] {exc}") from None
-
-
-def config_key(spec: SpeculativeConfig | None) -> str:
-    """A canonical name for the server a spec config gives: equal keys, equal servers."""
-    return OFF_KEY if spec is None else spec.to_json()

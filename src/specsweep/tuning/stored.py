@@ -22,10 +22,9 @@ from specsweep.analysis.study import StudyAnalysis, analyze_with_settings, measu
 from specsweep.engines.registry import engine_info, known_engine
 from specsweep.errors import ConfigError, FitError
 from specsweep.tuning.records import measured_configs, read_trials
-from specsweep.tuning.space import OFF_KEY
 from specsweep.tuning.storage import open_storage, redact_password
 from specsweep.tuning.study_settings import read_study_settings
-from specsweep.types import MeasuredConfig, SpeculativeConfig, StudySettings
+from specsweep.types import OFF_KEY, Configuration, MeasuredConfig, SpeculativeConfig, StudySettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,7 +41,7 @@ class Pick:
 
 
 def pick_best(
-    configs: Sequence[MeasuredConfig], *, workload: str, concurrency: int, baseline_key: str | None
+    configs: Sequence[MeasuredConfig], *, workload: str, concurrency: int, baseline: Configuration | None
 ) -> Pick | None:
     """The feasible configuration with the highest measured rate (repeats averaged) for a workload
     at a concurrency."""
@@ -58,7 +57,7 @@ def pick_best(
         best=best.config,
         rate=best.tokens_per_s,
         off_rate=by_key.get(OFF_KEY),
-        baseline_rate=by_key.get(baseline_key) if baseline_key else None,
+        baseline_rate=by_key.get(baseline.key) if baseline is not None else None,
         runner_up_gap=gap,
     )
 

@@ -38,24 +38,22 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from specsweep.analysis.drafters import Candidate, Drafter, drafter_of
+from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, drafter_of
 from specsweep.analysis.noise import RunNoise
-from specsweep.analysis.rates import RateSample, sample_rates
-from specsweep.analysis.study import WorkloadModel, measured_rates, model_workload, study_k_max
+from specsweep.analysis.study import WorkloadModel
 from specsweep.analysis.value import (
     CellBelief,
     StartValue,
     cell_loss,
     start_values,
 )
-from specsweep.errors import FitError
+from specsweep.tuning.beliefs import cell_beliefs, model_search
 from specsweep.tuning.budget import Budget, minutes, start_budget
 from specsweep.tuning.records import TrialRecord
 from specsweep.tuning.search_words import buy, buy_reason, ties
-from specsweep.tuning.space import OFF_KEY, Space, config_key
-from specsweep.types import CapturedWidths, MeasuredConfig, StudySettings
+from specsweep.tuning.space import Space
+from specsweep.types import OFF_KEY, Configuration, StudySettings
 
-DRAWS = 400  # joint rate draws per cell the values are computed on
 MAX_STARTS = 3  # server starts of one configuration, repeats included
 # A start of the study's mean cost must be expected to buy this share of the tolerance (0.2 of 1%:
 # 0.2% of the cells' summed rate). Checked by bench/sweep_efficiency.py and bench/time_to_answer.py.
@@ -76,13 +74,12 @@ class Phase(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SearchDecision:
-    """The next configuration to measure (``params``), or None with the reason to stop."""
+    """The next configuration to measure, or None with the reason to stop."""
 
-    params: dict[str, Any] | None
-    key: str | None
+    configuration: Configuration | None
     phase: Phase
     reason: str
-    repeat: bool  # params were measured before: measure them again (not a duplicate to reuse)
+    repeat: bool  # measured before: measure it again (not a duplicate to reuse)
     budget: Budget
     value: StartValue | None = None  # what the start is expected to buy (phase WORTH)
     price_share: float | None = None  # what a start had to buy to be worth its cost, as a share of the cells' rate
@@ -93,30 +90,16 @@ class SearchDecision:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Config:
-    key: str
-    params: dict[str, Any]
-    candidate: Candidate
-
-    @property
-    def k(self) -> int:
-        return self.candidate.num_speculative_tokens
-
-    @property
-    def drafter(self) -> Drafter | None:
-        return self.candidate.drafter
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class _State:
     """The trials as the decisions read them."""
 
-    configs: dict[str, _Config]
+    configs: dict[str, Configuration]  # by key: what a start could measure
+    candidates: dict[str, Candidate]  # by key: what the model predicts for each of them
     measured: list[TrialRecord]
     starts: dict[str, int]  # key -> server starts that measured it
     failed: set[str]  # failed in this run, never measured: not to be tried
     blocked: set[str]  # failed in this run or running elsewhere: not to be measured again now
-    untried: list[_Config]
+    untried: list[Configuration]
     running: set[str]
     budget: Budget
 
@@ -143,6 +126,7 @@ def decide_next(
 
 def _state(trials: Sequence[TrialRecord], space: Space, exclude: Collection[str]) -> _State:
     configs = _space_configs(space)
+    candidates = {key: candidate_of(c.spec) for key, c in configs.items()}
     measured = [t for t in trials if t.measured]
     measured_keys = {t.key for t in measured}
     running = {t.key for t in trials if t.running and t.key is not None}
@@ -153,6 +137,7 @@ def _state(trials: Sequence[TrialRecord], space: Space, exclude: Collection[str]
         starts[t.key or OFF_KEY] = starts.get(t.key or OFF_KEY, 0) + 1
     return _State(
         configs=configs,
+        candidates=candidates,
         measured=measured,
         starts=starts,
         failed=failed,
@@ -163,10 +148,9 @@ def _state(trials: Sequence[TrialRecord], space: Space, exclude: Collection[str]
     )
 
 
-def _decision(state: _State, config: _Config | None, phase: Phase, reason: str, **extra: Any) -> SearchDecision:
+def _decision(state: _State, config: Configuration | None, phase: Phase, reason: str, **extra: Any) -> SearchDecision:
     return SearchDecision(
-        params=None if config is None else dict(config.params),
-        key=None if config is None else config.key,
+        configuration=config,
         phase=phase,
         reason=reason,
         repeat=extra.pop("repeat", False),
@@ -184,24 +168,26 @@ def _speculation_off(state: _State) -> SearchDecision | None:
 
 def _largest_k(state: _State) -> SearchDecision | None:
     """Each drafter at its largest draft length not failed; a wait or a stop when no drafter can be modelled."""
-    by_drafter: dict[Drafter, list[_Config]] = {}
-    for c in state.configs.values():
-        if c.drafter is not None and c.key not in state.failed:
-            by_drafter.setdefault(c.drafter, []).append(c)
+    by_drafter: dict[Drafter, list[Configuration]] = {}
+    for key, c in state.configs.items():
+        drafter = state.candidates[key].drafter
+        if drafter is not None and key not in state.failed:
+            by_drafter.setdefault(drafter, []).append(c)
     first_of_method: dict[str, Drafter] = {}
     for drafter in sorted(by_drafter):
         first_of_method.setdefault(drafter.method, drafter)
     for drafter, group in by_drafter.items():
         if first_of_method[drafter.method] != drafter:
             continue  # measured where its sibling's picks are (_other_sampling)
-        largest = max(group, key=lambda c: c.k)
-        done = any(drafter_of(t.spec) == drafter and t.num_speculative_tokens >= largest.k for t in state.measured)
+        k = max(state.candidates[c.key].num_speculative_tokens for c in group)
+        largest = next(c for c in group if state.candidates[c.key].num_speculative_tokens == k)
+        done = any(drafter_of(t.spec) == drafter and t.num_speculative_tokens >= k for t in state.measured)
         if largest in state.untried and not done:
             reason = f"the largest draft length of {drafter.label}: its run gives the acceptance of every shorter draft"
             return _decision(state, largest, Phase.LARGEST_K, reason)
     if any(t.num_speculative_tokens for t in state.measured):
         return None
-    if any(state.configs[key].drafter is not None for key in state.running if key in state.configs):
+    if any(state.candidates[key].drafter is not None for key in state.running if key in state.candidates):
         # Another worker is measuring a drafter's largest k: its acceptance curve is what every
         # further choice needs, so wait for it instead of guessing.
         return _decision(
@@ -215,7 +201,8 @@ def _largest_k(state: _State) -> SearchDecision | None:
 def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     """The start whose expected gain is worth most per minute, if any is worth its cost."""
     mconfigs = [t.measured_config() for t in state.measured]
-    k_max = max(c.k for c in state.configs.values())
+    cand = state.candidates
+    k_max = max(c.num_speculative_tokens for c in cand.values())
     models = model_search(
         mconfigs, settings.workload_weights, k_max=k_max, noise_prior=settings.noise_prior,
         captured_widths=settings.captured_widths,
@@ -225,41 +212,41 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     if not any(m.fits for m in models.values()):
         if state.untried:
             # Without a model (e.g. no acceptance counters), the largest untried k.
-            fallback = max(state.untried, key=lambda c: (c.drafter is not None, c.k))
+            fallback = max(state.untried, key=lambda c: (not cand[c.key].off, cand[c.key].num_speculative_tokens))
             reason = "no prediction possible (no measured drafter reported acceptance counts); the largest untried k"
             return _decision(state, fallback, Phase.LARGEST_K, reason, **extra)
         return _decision(state, None, Phase.STOP, "every configuration of the space was measured or failed", **extra)
-    cells = _cells(models, mconfigs, state, settings, noise)
+    cells = cell_beliefs(models, mconfigs, state.candidates, state.failed, settings, noise)
     sibling = _other_sampling(state, cells)
     if sibling is not None:
         return _decision(state, sibling[0], Phase.SIBLING, sibling[1], **extra)
     options = _options(state)
-    values = {v.candidate: v for v in start_values(cells, [c.candidate for c in options], tolerance=settings.tolerance)}
-    costs = _costs(cells, options, state.budget)
+    values = {v.candidate: v for v in start_values(cells, [cand[c.key] for c in options], tolerance=settings.tolerance)}
+    costs = _costs(cells, options, cand, state.budget)
     mean_cost = state.budget.start_s or 1.0  # untimed: every cost is 1.0 too
     price = {c.key: settings.tolerance * START_PRICE * costs[c.key] / mean_cost for c in options}
-    worth = [c for c in options if values[c.candidate].share >= price[c.key]]
+    worth = [c for c in options if values[cand[c.key]].share >= price[c.key]]
     wanted = len({c.key for c in worth})
     budget = replace(state.budget, expected=min(state.budget.cap, state.budget.starts + wanted))
     picks = {(c.workload, c.concurrency): p for c in cells if (p := cell_loss(c, settings.tolerance).pick)}
     extra.update(budget=budget, ties=ties(cells, settings.tolerance, values), picks=picks)
     if worth and budget.starts < budget.cap:
-        chosen = max(worth, key=lambda c: values[c.candidate].share / (costs[c.key] or 1.0))
-        value = values[chosen.candidate]
+        chosen = max(worth, key=lambda c: values[cand[c.key]].share / (costs[c.key] or 1.0))
+        value = values[cand[chosen.key]]
         again = chosen.key in state.starts
         reason = buy_reason(value, again, costs[chosen.key] if budget.start_s else None, budget.modelled)
         return _decision(
             state, chosen, Phase.WORTH, reason, repeat=again, value=value, price_share=price[chosen.key], **extra
         )
-    top = max(options, key=lambda c: values[c.candidate].share / price[c.key], default=None)
+    top = max(options, key=lambda c: values[cand[c.key]].share / price[c.key], default=None)
     if worth:
         reason = f"as many server starts as there are configurations to measure ({budget.cap}) were made"
-    elif top is None or values[top.candidate].tokens_per_s <= 0:
+    elif top is None or values[cand[top.key]].tokens_per_s <= 0:
         reason = "no start could change what the study pastes by more than the tolerance"
     else:
-        value = values[top.candidate]
+        value = values[cand[top.key]]
         reason = (
-            f"no start is worth its time: the closest, {top.candidate.short_label}"
+            f"no start is worth its time: the closest, {cand[top.key].short_label}"
             f"{' again' if top.key in state.starts else ''}, would buy {buy(value)}, "
             f"{100 * value.share:.2f}% in all, where "
             + (f"a start of {minutes(costs[top.key], budget.modelled)}" if budget.start_s else "a start")
@@ -268,17 +255,19 @@ def _worth_most(state: _State, settings: StudySettings) -> SearchDecision:
     return _decision(state, None, Phase.STOP, reason, **extra)
 
 
-def _other_sampling(state: _State, cells: Sequence[CellBelief]) -> tuple[_Config, str] | None:
+def _other_sampling(state: _State, cells: Sequence[CellBelief]) -> tuple[Configuration, str] | None:
     """A drafter not measured yet whose method was: its first start, at the longest k at which a
     cell's best predicted rate among its measured siblings' candidates lies (its own acceptance
     is not known, theirs stands in for it), or its shortest k where every cell is best off."""
     measured = {drafter_of(t.spec) for t in state.measured if t.num_speculative_tokens}
     methods = {d.method for d in measured if d is not None}
-    for drafter in sorted({c.drafter for c in state.configs.values() if c.drafter is not None}):
+    for drafter in sorted({c.drafter for c in state.candidates.values() if c.drafter is not None}):
         if drafter in measured or drafter.method not in methods:
             continue
-        group = [c for c in state.untried if c.drafter == drafter]
-        if not group or any(state.configs[key].drafter == drafter for key in state.running if key in state.configs):
+        group = [c for c in state.untried if state.candidates[c.key].drafter == drafter]
+        if not group or any(
+            state.candidates[key].drafter == drafter for key in state.running if key in state.candidates
+        ):
             continue
         wanted = 0
         for cell in cells:
@@ -286,9 +275,13 @@ def _other_sampling(state: _State, cells: Sequence[CellBelief]) -> tuple[_Config
             best = max(rates, key=rates.__getitem__, default=None)
             if best is not None and best.drafter is not None and best.drafter.method == drafter.method:
                 wanted = max(wanted, best.num_speculative_tokens)
-        chosen = min(group, key=lambda c: (abs(c.k - wanted), -c.k)) if wanted else min(group, key=lambda c: c.k)
+
+        def k_of(c: Configuration) -> int:
+            return state.candidates[c.key].num_speculative_tokens
+
+        chosen = min(group, key=lambda c: (abs(k_of(c) - wanted), -k_of(c))) if wanted else min(group, key=k_of)
         reason = (
-            f"the first start of {drafter.label}: at k={chosen.k}, the longest k a cell is predicted best at "
+            f"the first start of {drafter.label}: at k={k_of(chosen)}, the longest k a cell is predicted best at "
             f"with its sibling's acceptance, so its counters measure what the picks run"
             if wanted
             else f"the first start of {drafter.label}: at its shortest k, as every cell is predicted best off"
@@ -297,7 +290,9 @@ def _other_sampling(state: _State, cells: Sequence[CellBelief]) -> tuple[_Config
     return None
 
 
-def _costs(cells: Sequence[CellBelief], options: Sequence[_Config], budget: Budget) -> dict[str, float]:
+def _costs(
+    cells: Sequence[CellBelief], options: Sequence[Configuration], candidates: Mapping[str, Candidate], budget: Budget
+) -> dict[str, float]:
     """Each option's expected start: the study's mean boot, and its mean measuring time scaled by
     how much slower the option is predicted to stream than what the study measured (seconds; 1
     each before any start was timed: then every start costs the same)."""
@@ -307,7 +302,7 @@ def _costs(cells: Sequence[CellBelief], options: Sequence[_Config], budget: Budg
     for option in options:
         ratios = []
         for cell in cells:
-            j = cell.column(option.candidate)
+            j = cell.column(candidates[option.key])
             measured = [i for i, c in enumerate(cell.sample.candidates) if c in cell.measured]
             if j is not None and measured and cell.sample.tokens_per_s[j] > 0:
                 ratios.append(float(cell.sample.tokens_per_s[measured].mean() / cell.sample.tokens_per_s[j]))
@@ -316,7 +311,7 @@ def _costs(cells: Sequence[CellBelief], options: Sequence[_Config], budget: Budg
     return out
 
 
-def _options(state: _State) -> list[_Config]:
+def _options(state: _State) -> list[Configuration]:
     """What a start could measure: untried configurations, and measured ones not started enough."""
     again = [
         c
@@ -326,91 +321,7 @@ def _options(state: _State) -> list[_Config]:
     return [*state.untried, *again]
 
 
-def _cells(
-    models: Mapping[str, WorkloadModel],
-    configs: Sequence[MeasuredConfig],
-    state: _State,
-    settings: StudySettings,
-    noise: Mapping[str, RunNoise],
-) -> list[CellBelief]:
-    """What the study knows of every cell: joint draws of each runnable configuration's rate."""
-    runnable = {c.candidate for key, c in state.configs.items() if key not in state.failed}
-    mean_weight = sum(settings.workload_weights.values()) / len(settings.workload_weights)
-    k_min = settings.k_range[0] if settings.k_range else 1
-    out = []
-    for index, (workload, weight) in enumerate(settings.workload_weights.items()):
-        model = models.get(workload)
-        if model is None or model.throughput is None:
-            continue
-        for level in settings.concurrency_levels:
-            if level not in model.throughput.concurrency_levels:
-                continue
-            try:
-                sample = sample_rates(
-                    model.throughput, model.fits, concurrency=level, k_min=k_min, draws=DRAWS,
-                    seed=1000 * index + level, workload=workload,
-                )  # fmt: skip
-            except FitError:
-                continue
-            sample = _restrict(sample, runnable)
-            if not sample.candidates:
-                continue
-            measured = frozenset(state.configs[r.key].candidate for r in measured_rates(configs, workload, level)
-                                 if r.key in state.configs)  # fmt: skip
-            out.append(
-                CellBelief(
-                    workload=workload, concurrency=level, weight=weight / mean_weight, sample=sample, measured=measured,
-                    noise=noise[workload].relative_sd if workload in noise else 0.02,
-                )
-            )  # fmt: skip
-    return out
-
-
-def _restrict(sample: RateSample, keep: Collection[Candidate]) -> RateSample:
-    """The sample's columns of the configurations in ``keep``."""
-    columns = [j for j, c in enumerate(sample.candidates) if c in keep]
-    return RateSample(
-        concurrency=sample.concurrency,
-        candidates=tuple(sample.candidates[j] for j in columns),
-        tokens_per_step=sample.tokens_per_step[columns],
-        step_time_s=sample.step_time_s[columns],
-        step_time_source=tuple(sample.step_time_source[j] for j in columns),
-        tokens_per_s=sample.tokens_per_s[columns],
-        draws=sample.draws[:, columns],
-    )
-
-
-def model_search(
-    configs: Sequence[MeasuredConfig],
-    workloads: Mapping[str, float],
-    *,
-    k_max: int,
-    noise_prior: Any = None,
-    captured_widths: CapturedWidths = CapturedWidths(),
-) -> dict[str, WorkloadModel]:
-    """The report's models of every workload."""
-    k_max = study_k_max(configs, k_max)
-    out = {}
-    for name in workloads:
-        try:
-            out[name] = model_workload(
-                configs, name, k_max=k_max, noise_prior=noise_prior, captured_widths=captured_widths
-            )
-        except FitError:
-            continue
-    return out
-
-
-def _space_configs(space: Space) -> dict[str, _Config]:
-    """The configurations a start could measure. One the engine says can never draft runs as
-    speculation off, so a start of it would buy nothing off's own does not (Space.notes says so)."""
-    out: dict[str, _Config] = {}
-    for params in space.distinct_params():
-        spec = space.config_from_params(params)
-        if spec is not None and space.never_drafts(spec):
-            continue
-        drafter = drafter_of(spec)
-        k = int(params["num_speculative_tokens"])
-        candidate = Candidate(drafter=drafter if k else None, num_speculative_tokens=k if drafter else 0)
-        out[config_key(spec)] = _Config(key=config_key(spec), params=params, candidate=candidate)
-    return out
+def _space_configs(space: Space) -> dict[str, Configuration]:
+    """The configurations a start could measure, by key. One the engine says can never draft runs
+    as speculation off, so a start of it would buy nothing off's own does not (Space.notes says so)."""
+    return {c.key: c for c in space.configurations() if c.spec is None or not space.never_drafts(c.spec)}

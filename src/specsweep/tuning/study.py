@@ -13,7 +13,6 @@ import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
 
 import optuna
 
@@ -52,7 +51,6 @@ from specsweep.tuning.space import (
     check_space,
     check_spec_args,
     check_start_command,
-    config_key,
 )
 from specsweep.tuning.storage import (
     Heartbeat,
@@ -67,7 +65,7 @@ from specsweep.tuning.study_store import StudyPaths, hold_study, open_study, set
 from specsweep.tuning.study_time import StudyTime, study_time
 from specsweep.tuning.trial import TrialRunner, level_targets
 from specsweep.tuning.trial_files import trial_file
-from specsweep.types import EventCallback
+from specsweep.types import Configuration, EventCallback
 from specsweep.workload import Workload, load_workload, too_small
 
 # Trials that measure a configuration chosen by hand: never stopped for being behind (a search's
@@ -157,7 +155,7 @@ class StudyRunner:
         deadline = time.monotonic() + config.wall_time_s if config.wall_time_s else None
         # Configurations that fail in this run (in any worker) are not retried in it.
         before = frozenset(t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished())
-        space_keys = set(self.space.distinct_keys())
+        space_keys = {c.key for c in self.space.configurations()}
         new_trials = starts = failures = 0
         stop_reason = ""
         waiting = False
@@ -215,18 +213,18 @@ class StudyRunner:
                 decision = None
                 if config.sampler == "model" and not queued:
                     decision = self._decide(exclude=keys.failed)
-                    if decision.params is None and decision.phase == Phase.WAIT and has_heartbeats(self.storage):
+                    if decision.configuration is None and decision.phase == Phase.WAIT and has_heartbeats(self.storage):
                         if not waiting:
                             self.emit(Note(text=decision.reason))
                         waiting = True
                         time.sleep(self.poll_s)
                         continue
-                    if decision.params is None:
+                    if decision.configuration is None:
                         stop_reason = decision.reason
                         self.ties = decision.ties
                         break
                     self.study.enqueue_trial(
-                        decision.params,
+                        dict(decision.configuration.params),
                         user_attrs=records.decision_attrs(decision.phase, repeat=decision.repeat),
                     )
                 waiting = False
@@ -257,14 +255,13 @@ class StudyRunner:
             ties=self.ties, time=spent,
         )  # fmt: skip
 
-    def measure(self, params: dict[str, Any]) -> TrialOutcome:
-        """Measure one configuration now, unless the study has it (SKIPPED: already measured, or failed
-        in this run)."""
+    def measure(self, configuration: Configuration) -> TrialOutcome:
+        """Measure one configuration of the space now, unless the study has it (SKIPPED: already
+        measured, or failed in this run)."""
         before = frozenset(t.number for t in self.study.get_trials(deepcopy=False) if t.state.is_finished())
-        key = config_key(self.space.config_from_params(params))
-        if key in key_states(self.study, before).measured:
+        if configuration.key in key_states(self.study, before).measured:
             return TrialOutcome.SKIPPED
-        self.study.enqueue_trial(params, user_attrs=records.decision_attrs(PLANNED))
+        self.study.enqueue_trial(dict(configuration.params), user_attrs=records.decision_attrs(PLANNED))
         with (
             sigterm_as_interrupt(),
             Heartbeat(self.storage, interval_s=self.config.heartbeat_s) as heartbeat,
@@ -296,12 +293,12 @@ class StudyRunner:
         repeat = records.is_repeat(trial)
         params = {name: trial.suggest_categorical(name, values) for name, values in self.space.grid().items()}
         try:
-            spec = self.space.config_from_params(params)
+            configuration = self.space.configuration(params)
         except ConfigError as exc:
             self.trials.fail(self.study, trial, f"invalid spec config: {exc}")
             return TrialOutcome.INVALID
-        key = config_key(spec)
-        records.record_config(trial, key=key, spec=spec)
+        key, spec = configuration.key, configuration.spec
+        records.record_config(trial, configuration)
         # Read again now that this trial claims the key in the storage: another worker may have
         # measured it, or be measuring it, since the look above.
         seen = claim(self.study, trial.number, key, before)
@@ -325,7 +322,7 @@ class StudyRunner:
         )  # fmt: skip
         trial_started = time.monotonic()
         try:
-            value = self.trials.run(self.study, trial, spec, targets)
+            value = self.trials.run(self.study, trial, configuration, targets)
         except KeyboardInterrupt:
             with no_interrupt():
                 # a Ctrl-C while the finished trial's line is printed: it is told already, and kept
@@ -356,7 +353,7 @@ class StudyRunner:
         """The model-guided search's next configuration (or why none), from every trial in storage."""
         decision = decide_next(records.read_trials(self.study), self.space, self.settings, exclude=exclude)
         if decision.phase != Phase.WAIT:  # a wait is said once, by the loop
-            self.emit(Planned(phase=decision.phase, reason=decision.reason, params=decision.params))
+            self.emit(Planned(phase=decision.phase, reason=decision.reason, configuration=decision.configuration))
         return decision
 
     def _say_starts_left(self, decision: SearchDecision | None, grid: int) -> None:

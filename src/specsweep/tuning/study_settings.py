@@ -11,9 +11,8 @@ from dataclasses import replace
 import optuna
 
 from specsweep.engines.registry import known_engine
-from specsweep.tuning.records import measured_configs, spec_from_json
-from specsweep.tuning.space import OFF_KEY
-from specsweep.types import CapturedWidths, MeasuredConfig, RunNoisePrior, StudySettings
+from specsweep.tuning.records import measured_configs
+from specsweep.types import CapturedWidths, Configuration, MeasuredConfig, RunNoisePrior, StudySettings
 
 
 def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
@@ -32,8 +31,8 @@ def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
     }
     for name, value in attrs.items():
         study.set_user_attr(name, value)
-    if settings.baseline_key is not None:
-        study.set_user_attr("baseline_key", settings.baseline_key)
+    if settings.baseline is not None:
+        study.set_user_attr("baseline_key", settings.baseline.key)
 
 
 def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | None = None) -> StudySettings:
@@ -51,8 +50,7 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
         concurrency_levels=tuple(int(b) for b in levels),
         objective_concurrency=int(attrs.get("objective_concurrency") or min(int(b) for b in levels)),
         k_range=(int(k_range[0]), int(k_range[1])) if k_range else None,
-        baseline_key=baseline_key,
-        baseline=None if baseline_key in (None, OFF_KEY) else spec_from_json(baseline_key),
+        baseline=None if baseline_key is None else Configuration.from_key(baseline_key),
         engine=str(attrs.get("engine", "vllm")),
         temperature=attrs.get("temperature"),
         config_source=attrs.get("config_source"),

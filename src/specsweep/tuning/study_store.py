@@ -23,7 +23,7 @@ from specsweep.names import check_name
 from specsweep.runtime.run_owner import RunLock, RunOwner, hold_run_lock, owner_is_dead, this_run
 from specsweep.runtime.store import make_folder
 from specsweep.tuning import records, study_settings
-from specsweep.tuning.space import Space, config_key
+from specsweep.tuning.space import Space
 from specsweep.tuning.storage import (
     GRACE_HEARTBEATS,
     default_worker,
@@ -160,13 +160,12 @@ def settings_of(config: StudyConfig, space: Space) -> StudySettings:
     --max-num-seqs does (``TrialRunner`` adopts them, tuning/study_settings.py keeps them)."""
     baseline = None
     if config.search.baseline is not None:
-        baseline = space.config_from_params(space.params_for(config.search.baseline))
+        baseline = space.configuration(space.params_for(config.search.baseline))
     return StudySettings(
         workload_weights=dict(config.workloads),
         concurrency_levels=tuple(config.measure.concurrency),
         objective_concurrency=config.objective.concurrency,
         k_range=config.search.num_speculative_tokens,
-        baseline_key=None if config.search.baseline is None else config_key(baseline),
         baseline=baseline,
         engine=config.server.engine,
         temperature=config.measure.temperature,
@@ -298,5 +297,5 @@ def _queue_initial(study: optuna.Study, config: StudyConfig, space: Space) -> No
     if config.search.baseline is not None:
         study.enqueue_trial(space.params_for(config.search.baseline))
     if config.sampler == "grid":
-        for params in space.distinct_params():
-            study.enqueue_trial(params, skip_if_exists=True)
+        for configuration in space.configurations():
+            study.enqueue_trial(dict(configuration.params), skip_if_exists=True)

@@ -39,7 +39,14 @@ from specsweep.tuning.events import (
 )
 from specsweep.tuning.study_store import StudyPaths
 from specsweep.tuning.trial_files import write_trial_file
-from specsweep.types import CapturedWidths, EventCallback, LevelFigures, MeasuredConfig, SpeculativeConfig
+from specsweep.types import (
+    CapturedWidths,
+    Configuration,
+    EventCallback,
+    LevelFigures,
+    MeasuredConfig,
+    SpeculativeConfig,
+)
 from specsweep.workload import Workload
 
 ACCEPTANCE_MIN_REQUESTS = 3  # a drafter's acceptance run collects drafts for every shorter k's fit
@@ -171,22 +178,22 @@ class TrialRunner:
         self,
         study: optuna.Study,
         trial: optuna.Trial,
-        spec: SpeculativeConfig | None,
+        configuration: Configuration,
         targets: Mapping[str, Mapping[int, LevelTarget]] | None = None,
     ) -> float | None:
-        """Measure ``spec`` in ``trial`` and tell the study; the objective, or None if the trial failed.
+        """Measure ``configuration`` in ``trial`` and tell the study; the objective, or None if the trial failed.
 
         ``targets``: per workload and level, what adaptive measurement must settle (None: the
         fixed budget)."""
         trial_started = time.monotonic()
-        number = trial.number
+        number, spec = trial.number, configuration.spec
         self.paths.logs.mkdir(parents=True, exist_ok=True)
         log_path = self.paths.logs / f"trial-{number:04d}.log"
         server = TrialServer(
             self.config.server, self.engine, log_path=log_path, ask_user=self.ask_user,
             lease_path=self.paths.leases / f"{os.getpid()}.json", help_flags=self.help_flags,
         )  # fmt: skip
-        self.emit(TrialStarting(trial=number, spec=spec))
+        self.emit(TrialStarting(trial=number, configuration=configuration))
         header: dict[str, Any] = {
             "worker": self.worker,
             "spec": None if spec is None else spec.to_json(),
@@ -249,7 +256,7 @@ class TrialRunner:
         study.tell(trial, objective.value)
         self.emit(
             TrialDone(
-                trial=number, value=objective.value, spec=spec, results=results, boot_s=times.boot_s,
+                trial=number, value=objective.value, configuration=configuration, results=results, boot_s=times.boot_s,
                 measure_s=times.measure_s, modelled=times.modelled,
             )
         )  # fmt: skip
