@@ -1,0 +1,69 @@
+"""``study``'s overrides of the [measure] table, each reaching the study and each bad value
+refused as a usage error.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .builders import emulator_study, specsweep, write_study
+from .test_cli_errors import assert_usage_error
+
+
+def test_study_overrides_reach_the_plan() -> None:
+    result = specsweep(
+        "study", "--workload", "technical", "--concurrency", "2,8", "--max-tokens", "300",
+        "--temperature", "0.6", "--requests", "5", "--dry-run",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "levels: concurrency 2, 8; requests exactly 5 per level; max_tokens 300, temperature 0.6" in result.stdout
+    # the built-in study's objective follows its levels
+    assert "objective: aggregate output tok/s at concurrency 2" in result.stdout
+
+
+def test_study_overrides_apply_over_a_study_file(tmp_path) -> None:
+    path = write_study(tmp_path / "s.toml", emulator_study("over", concurrency=(1, 4), max_tokens=60, requests=2))
+    result = specsweep(
+        "study", "--config", str(path), "--concurrency", "1,4,16", "--max-tokens", "90",
+        "--temperature", "1.0", "--requests", "3", "--dry-run",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "levels: concurrency 1, 4, 16; requests exactly 3 per level; max_tokens 90, temperature 1" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--concurrency", "0,4"), "--concurrency"),
+        (("--concurrency", "1,1"), "twice"),
+        (("--max-tokens", "0"), "--max-tokens"),
+        (("--max-tokens", "100000000"), "--max-tokens (100,000,000) leaves no room for a prompt"),
+        (("--temperature", "2.5"), "--temperature"),
+        (("--temperature", "inf"), "--temperature"),
+        (("--requests", "0"), "--requests"),
+    ],
+)
+def test_bad_study_overrides_are_usage_errors(args: tuple[str, ...], says: str) -> None:
+    assert_usage_error(specsweep("study", *args, "--dry-run"), "study", says)
+
+
+def test_levels_without_the_files_objective_are_a_usage_error(tmp_path) -> None:
+    path = write_study(tmp_path / "s.toml", emulator_study("obj", concurrency=(1, 4), objective={"concurrency": 4}))
+    result = specsweep("study", "--config", str(path), "--concurrency", "1,16", "--dry-run")
+    assert_usage_error(result, "study", "leaves out objective.concurrency (4)")
+
+
+def test_a_resumed_study_refuses_other_overrides(tmp_path) -> None:
+    """A study resumed with another --temperature or --concurrency is refused in one line naming the key."""
+    path = write_study(tmp_path / "s.toml", emulator_study("resumed", k=(1, 1), concurrency=(1,), max_tokens=20))
+    common = ("study", "--config", str(path), "--studies-dir", str(tmp_path / "studies"))
+    first = specsweep(*common, "--trials", "1")
+    assert first.returncode == 0, first.stderr
+    for flag, value, key in (
+        ("--temperature", "0.6", "measure.temperature"),
+        ("--concurrency", "1,2", "measure.concurrency"),
+    ):
+        again = specsweep(*common, "--resume", "--trials", "1", flag, value)
+        assert again.returncode == 1, again.stderr
+        lines = again.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("specsweep: error:") and key in lines[0], lines
