@@ -1,13 +1,73 @@
-"""``study``'s overrides of the [measure] table, each reaching the study and each bad value
+"""What ``--help`` tells a user: one spelling per option (older ones still accepted, not shown),
+and ``study``'s overrides of the [measure] table, each reaching the study and each bad value
 refused as a usage error.
 """
 
 from __future__ import annotations
 
 import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from specsweep.cli import app
 
 from .builders import emulator_study, specsweep, write_study
 from .test_cli_errors import assert_usage_error
+
+# typer 0.29 carries its own copy of click: its classes are read by what they hold, not their type.
+COMMANDS = dict(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+
+
+def help_of(name: str) -> str:
+    result = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_every_command_is_covered() -> None:
+    assert set(COMMANDS) == {"study", "measure", "report", "recommend", "emulate", "watch", "rig", "workloads"}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_each_shown_option_has_one_spelling_and_one_default(name: str) -> None:
+    for param in COMMANDS[name].params:
+        if param.param_type_name != "option" or param.hidden:
+            continue
+        assert len(param.opts) + len(param.secondary_opts) == 1, (name, param.opts)
+        if param.default not in (None, False):  # shown by typer as [default: ...]; not said again
+            assert "default" not in (param.help or "").lower(), (name, param.opts, param.help)
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new", "value"),
+    [
+        ("report", "--snippet-format", "--format", "sglang"),
+        ("watch", "--snippet-format", "--format", "json"),
+        ("watch", "--report", "--out", "out"),
+        ("emulate", "-sc", "--speculative-config", '{"num_speculative_tokens":5}'),
+    ],
+)
+def test_old_spellings_are_accepted_and_hidden(name: str, old: str, new: str, value: str) -> None:
+    command = COMMANDS[name]
+    with command.make_context(name, [old, value]) as ctx:
+        assert value in {str(v) for v in ctx.params.values() if v is not None}
+    shown = help_of(name)
+    assert new in shown and f"{old} " not in shown and f"{old}," not in shown
+
+
+def test_old_spellings_of_format_are_checked_as_the_new_one() -> None:
+    with pytest.raises(typer.BadParameter):
+        COMMANDS["report"].make_context("report", ["--snippet-format", "html"])
+
+
+def test_the_short_speculative_config_gives_the_same_truth() -> None:
+    spec = '{"num_speculative_tokens":3}'
+    runs = [
+        CliRunner().invoke(app, ["emulate", "--print-truth", flag, spec, "--concurrency", "1"])
+        for flag in ("--speculative-config", "-sc")
+    ]
+    assert all(r.exit_code == 0 for r in runs), [r.output for r in runs]
+    assert runs[0].output == runs[1].output
 
 
 def test_study_overrides_reach_the_plan() -> None:
