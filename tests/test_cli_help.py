@@ -1,9 +1,13 @@
-"""What ``--help`` tells a user: one spelling per option (older ones still accepted, not shown),
-and ``study``'s overrides of the [measure] table, each reaching the study and each bad value
-refused as a usage error.
+"""What ``--help`` tells a user: an example for every command that the command's own parser
+takes, one spelling per option (older ones still accepted, not shown), and ``study``'s
+overrides of the [measure] table, each reaching the study and each bad value refused as a usage
+error.
 """
 
 from __future__ import annotations
+
+import shlex
+from pathlib import Path
 
 import pytest
 import typer.main
@@ -24,8 +28,41 @@ def help_of(name: str) -> str:
     return result.output
 
 
+def examples_in(help_text: str) -> list[str]:
+    """The command lines under the help's "Examples:" heading."""
+    assert "Examples:" in help_text, help_text
+    after = help_text.split("Examples:", 1)[1]
+    return [line.strip() for line in after.splitlines() if line.strip().startswith("specsweep ")]
+
+
 def test_every_command_is_covered() -> None:
     assert set(COMMANDS) == {"study", "measure", "report", "recommend", "emulate", "watch", "rig", "workloads"}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_help_ends_with_examples_its_parser_takes(name: str) -> None:
+    """Each example names this command and parses with its parser: every option exists, every value
+    passes the option's own checks (types, ranges, callbacks), nothing is run."""
+    examples = examples_in(help_of(name))
+    assert examples, name
+    for line in examples:
+        argv = shlex.split(line)
+        assert argv[:2] == ["specsweep", name], line
+        command = COMMANDS[name]
+        with command.make_context(name, argv[2:]) as ctx:  # raises a UsageError on any bad flag or value
+            assert ctx.params is not None
+
+
+def test_workloads_import_has_its_example() -> None:
+    assert any(line.startswith("specsweep workloads import ") for line in examples_in(help_of("workloads")))
+
+
+def test_the_readme_shows_every_example() -> None:
+    """The README's command reference is the examples --help shows, the emulator's among them."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    for name in COMMANDS:
+        for line in examples_in(help_of(name)):
+            assert line in readme, line
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

@@ -54,17 +54,23 @@ def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-for _name, _command in (
-    ("study", study.study),
-    ("measure", measure.measure),
-    ("report", report.report),
-    ("recommend", recommend.recommend),
-    ("rig", rig.rig),
-    ("emulate", emulate.emulate),
-    ("workloads", workloads.workloads),
-    ("watch", watch.watch),
+def examples_epilog(examples: tuple[str, ...]) -> str:
+    """A command's examples as its --help ends with them: a heading, then one command line each,
+    kept as written (click's ``\\b`` stops it rewrapping the paragraph)."""
+    return "Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in examples)
+
+
+for _name, _module in (
+    ("study", study),
+    ("measure", measure),
+    ("report", report),
+    ("recommend", recommend),
+    ("rig", rig),
+    ("emulate", emulate),
+    ("workloads", workloads),
+    ("watch", watch),
 ):
-    app.command(_name)(_one_line_errors(_command))
+    app.command(_name, epilog=examples_epilog(_module.EXAMPLES))(_one_line_errors(getattr(_module, _name)))
 
 
 def _version(value: bool) -> None:

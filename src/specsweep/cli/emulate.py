@@ -29,6 +29,13 @@ def check_contexts(value: str | None) -> str | None:
     return value
 
 
+# Command lines that --help shows as examples (tests/test_cli_help.py parses each).
+EXAMPLES = (
+    "specsweep emulate --port 8000 --speculative-config '{\"num_speculative_tokens\":5}'",
+    "specsweep emulate --print-truth --speculative-config '{\"num_speculative_tokens\":5}' --concurrency 1",
+)
+
+
 def emulate(
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, min=1, max=65535, help="Port to listen on."),

@@ -33,6 +33,10 @@ def trial_history(study: optuna.Study) -> list[TrialPoint]:
     ]
 
 
+# Command lines that --help shows as examples (tests/test_cli_help.py parses each).
+EXAMPLES = ("specsweep report studies/emulator-technical",)
+
+
 def report(
     folder: Path = typer.Argument(
         None,

@@ -82,6 +82,14 @@ def default_study(workload: str) -> StudyConfig:
     )
 
 
+# Command lines that --help shows as examples (tests/test_cli_help.py parses each).
+EXAMPLES = (
+    "specsweep study --workload technical",
+    "specsweep study --workload technical --concurrency 1,4,16 --max-tokens 300 --temperature 0.6 --dry-run",
+    "specsweep study --config studies/dgx-spark.toml --requests 16 --dry-run",
+)
+
+
 def study(
     workload: str = typer.Option(
         None, help="Workload to tune for (prose, technical or a JSONL path); overrides the config's [workloads]."

@@ -49,6 +49,10 @@ def _moment(text: str, flag: str) -> float:
         raise ConfigError(f"{flag} {text!r} is neither unix seconds nor an ISO 8601 time.") from None
 
 
+# Command lines that --help shows as examples (tests/test_cli_help.py parses each).
+EXAMPLES = ("specsweep watch --endpoint http://127.0.0.1:8000 --rig studies/emulator-technical/rig.json",)
+
+
 def watch(
     endpoint: str = typer.Option(
         None, callback=check_url, help="Base URL of the running server: read its /metrics live."
