@@ -53,6 +53,15 @@ def test_every_help_ends_with_examples_its_parser_takes(name: str) -> None:
             assert ctx.params is not None
 
 
+def test_the_top_help_ends_with_examples_the_commands_take() -> None:
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    for line in examples_in(result.output):
+        argv = shlex.split(line)
+        with COMMANDS[argv[1]].make_context(argv[1], argv[2:]) as ctx:
+            assert ctx.params is not None
+
+
 def test_workloads_import_has_its_example() -> None:
     assert any(line.startswith("specsweep workloads import ") for line in examples_in(help_of("workloads")))
 

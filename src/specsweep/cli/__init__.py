@@ -22,10 +22,25 @@ from specsweep.errors import SpecsweepError
 from specsweep.secrets import mask_text
 from specsweep.tuning.interrupts import StudyInterrupted
 
+
+def examples_epilog(examples: tuple[str, ...]) -> str:
+    """A command's examples as its --help ends with them: a heading, then one command line each,
+    kept as written (click's ``\\b`` stops it rewrapping the paragraph)."""
+    return "Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in examples)
+
+
+# The first commands a user runs, shown under specsweep --help (each command's own are in its module).
+EXAMPLES = (
+    "specsweep study --workload technical",
+    "specsweep report studies/emulator-technical",
+    "specsweep recommend studies/emulator-technical --format vllm",
+)
+
 app = typer.Typer(
     name="specsweep",
     help="Find the speculative-decoding settings (draft length, draft sampling) that make an "
     "inference server fastest on your workload.",
+    epilog=examples_epilog(EXAMPLES),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -52,12 +67,6 @@ def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(130) from None
 
     return run
-
-
-def examples_epilog(examples: tuple[str, ...]) -> str:
-    """A command's examples as its --help ends with them: a heading, then one command line each,
-    kept as written (click's ``\\b`` stops it rewrapping the paragraph)."""
-    return "Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in examples)
 
 
 for _name, _module in (
