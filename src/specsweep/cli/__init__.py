@@ -22,10 +22,25 @@ from specsweep.errors import SpecsweepError
 from specsweep.secrets import mask_text
 from specsweep.tuning.interrupts import StudyInterrupted
 
+
+def examples_epilog(examples: tuple[str, ...]) -> str:
+    """A command's examples as its --help ends with them: a heading, then one command line each,
+    kept as written (click's ``\\b`` stops it rewrapping the paragraph)."""
+    return "Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in examples)
+
+
+# The first commands a user runs, shown under specsweep --help (each command's own are in its module).
+EXAMPLES = (
+    "specsweep study --workload technical",
+    "specsweep report studies/emulator-technical",
+    "specsweep recommend studies/emulator-technical --format vllm",
+)
+
 app = typer.Typer(
     name="specsweep",
     help="Find the speculative-decoding settings (draft length, draft sampling) that make an "
     "inference server fastest on your workload.",
+    epilog=examples_epilog(EXAMPLES),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -54,17 +69,17 @@ def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-for _name, _command in (
-    ("study", study.study),
-    ("measure", measure.measure),
-    ("report", report.report),
-    ("recommend", recommend.recommend),
-    ("rig", rig.rig),
-    ("emulate", emulate.emulate),
-    ("workloads", workloads.workloads),
-    ("watch", watch.watch),
+for _name, _module in (
+    ("study", study),
+    ("measure", measure),
+    ("report", report),
+    ("recommend", recommend),
+    ("rig", rig),
+    ("emulate", emulate),
+    ("workloads", workloads),
+    ("watch", watch),
 ):
-    app.command(_name)(_one_line_errors(_command))
+    app.command(_name, epilog=examples_epilog(_module.EXAMPLES))(_one_line_errors(getattr(_module, _name)))
 
 
 def _version(value: bool) -> None:

@@ -29,12 +29,20 @@ def check_contexts(value: str | None) -> str | None:
     return value
 
 
+# Command lines that --help shows as examples (tests/test_cli_help.py parses each).
+EXAMPLES = (
+    "specsweep emulate --port 8000 --speculative-config '{\"num_speculative_tokens\":5}'",
+    "specsweep emulate --print-truth --speculative-config '{\"num_speculative_tokens\":5}' --concurrency 1",
+)
+
+
 def emulate(
-    host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, min=1, max=65535, help="Port to listen on."),
     speculative_config: str = typer.Option(
-        None, "--speculative-config", "-sc", help="vLLM's speculative config JSON; without it, no speculation."
+        None, "--speculative-config", help="vLLM's speculative config JSON; without it, no speculation."
     ),
+    speculative_config_sc: str = typer.Option(None, "-sc", hidden=True, help="vLLM's short spelling of the same."),
     served_model_name: str = typer.Option(None, help="Model name clients must send (default: the profile's model)."),
     profile: str = typer.Option(DEFAULT_PROFILE, help="Bundled profile name or path to a profile TOML file."),
     time_scale: float = typer.Option(
@@ -118,6 +126,7 @@ def emulate(
     /health, /version, /metrics. Validates --speculative-config as vLLM does and exits non-zero
     with the reason in its log when it is wrong. Profiles model a rig: see docs/emulator.md.
     """
+    speculative_config = speculative_config or speculative_config_sc
     if list_profiles:
         for name in bundled_profile_names():
             loaded = load_profile(name)

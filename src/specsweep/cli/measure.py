@@ -35,6 +35,10 @@ from specsweep.workload import load_workload, too_small
 MEASUREMENT_FILE = "measurement.json"  # what --out DIR holds
 
 
+# Command lines that --help shows as examples (tests/test_cli_help.py parses each).
+EXAMPLES = ("specsweep measure --endpoint http://127.0.0.1:8000 --workload prose --concurrency 1,4",)
+
+
 def measure(
     endpoint: str = typer.Option(..., callback=check_url, help="Base URL of the server, e.g. http://127.0.0.1:8000"),
     workload: str = typer.Option("prose", help="prose, technical, or a JSONL file of your own."),

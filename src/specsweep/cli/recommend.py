@@ -13,6 +13,9 @@ from specsweep.report.snippets import FORMATS, snippet_format_for
 from specsweep.report.study_report import snippet_for
 from specsweep.tuning.stored import analyze_stored_study, load_stored_study
 
+# Command lines that --help shows as examples (tests/test_cli_help.py parses each).
+EXAMPLES = ("specsweep recommend studies/emulator-technical --format vllm",)
+
 
 def recommend(
     folder: Path = typer.Argument(

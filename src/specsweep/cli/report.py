@@ -33,6 +33,10 @@ def trial_history(study: optuna.Study) -> list[TrialPoint]:
     ]
 
 
+# Command lines that --help shows as examples (tests/test_cli_help.py parses each).
+EXAMPLES = ("specsweep report studies/emulator-technical",)
+
+
 def report(
     folder: Path = typer.Argument(
         None,
@@ -42,10 +46,13 @@ def report(
     out: Path = typer.Option(None, help="Folder to write the report in (default: FOLDER/report)."),
     fmt: str = typer.Option(
         None,
-        "--snippet-format",
         "--format",
         callback=one_of(FORMATS),
-        help="Format of the snippet in the report (default: the engine's).",
+        help="Format of the snippet in the report: vllm, vllm-yaml, compose, sglang, llama.cpp or json "
+        "(default: the engine's).",
+    ),
+    snippet_format: str = typer.Option(
+        None, "--snippet-format", hidden=True, callback=one_of(FORMATS), help="Old spelling of --format."
     ),
     storage: str = typer.Option(None, help="Optuna storage URL instead of the folder's study.db."),
     study_name: str = typer.Option(None, help="Study name in --storage (default: the folder's name)."),
@@ -63,6 +70,7 @@ def report(
     workload and concurrency with intervals, and the snippet to paste. Uses stored data only:
     a copied study folder reports with no server.
     """
+    fmt = fmt or snippet_format
     study = load_stored_study(folder, storage=storage, name=study_name)
     if out is not None or folder is not None:
         target = out or Path(folder) / "report"

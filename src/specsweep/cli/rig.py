@@ -12,6 +12,9 @@ from specsweep.rigs.file import RIG_FILE, write_rig
 from specsweep.rigs.stored import build_rig
 from specsweep.tuning.stored import load_stored_study
 
+# Command lines that --help shows as examples (tests/test_cli_help.py parses each).
+EXAMPLES = ("specsweep rig studies/emulator-technical",)
+
 
 def rig(
     study_folder: Path = typer.Argument(..., metavar="FOLDER", help="The study's folder (studies/NAME)."),

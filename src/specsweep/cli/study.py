@@ -10,7 +10,7 @@ import optuna
 import typer
 from rich.console import Console
 
-from specsweep.cli.options import check_finite
+from specsweep.cli.options import check_finite, check_levels
 from specsweep.cli.printers import (
     StudyProgress,
     print_analysis,
@@ -28,6 +28,7 @@ from specsweep.config import (
     ServerConfig,
     StudyConfig,
     load_study_config,
+    parse_concurrency,
 )
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.engines.registry import engine_info, max_model_len_flag
@@ -48,6 +49,9 @@ from specsweep.tuning.study_store import check_resumable, check_study_free, stud
 # The default study: the emulator's default profile (the DGX Spark field report), the report's
 # current configuration as the baseline, draft lengths 1 to 5 with both draft methods at the
 # profile's reference temperature. Sized to finish in about a minute on 2 cores.
+
+
+BUILT_IN = "built-in emulator study"  # the source of the study run without --config
 
 
 def default_study(workload: str) -> StudyConfig:
@@ -74,8 +78,16 @@ def default_study(workload: str) -> StudyConfig:
             concurrency=(1, 4), max_requests=12, max_tokens=600, temperature=profile.reference_temperature
         ),
         objective=Objective(concurrency=1),
-        source="built-in emulator study",
+        source=BUILT_IN,
     )
+
+
+# Command lines that --help shows as examples (tests/test_cli_help.py parses each).
+EXAMPLES = (
+    "specsweep study --workload technical",
+    "specsweep study --workload technical --concurrency 1,4,16 --max-tokens 300 --temperature 0.6 --dry-run",
+    "specsweep study --config studies/dgx-spark.toml --requests 16 --dry-run",
+)
 
 
 def study(
@@ -103,8 +115,26 @@ def study(
         "at the largest k for acceptance; a drafter or level it lacks; --check).",
     ),
     check: bool = typer.Option(False, "--check", help="With --rig: also measure the predicted optimum."),
+    concurrency: str = typer.Option(
+        None,
+        callback=check_levels,
+        help="Concurrency levels to measure, e.g. 1,4,16; overrides measure.concurrency (default: the config's).",
+    ),
     requests: int = typer.Option(
-        None, min=1, help="Measure every level with exactly this many requests (default: adaptive, docs/search.md)."
+        None,
+        min=1,
+        help="Measure every level with exactly this many requests; overrides measure.requests "
+        "(default: adaptive, docs/search.md).",
+    ),
+    max_tokens: int = typer.Option(
+        None, min=1, help="max_tokens of every request; overrides measure.max_tokens (default: the config's)."
+    ),
+    temperature: float = typer.Option(
+        None,
+        callback=check_finite,
+        min=0.0,
+        max=2.0,
+        help="Sampling temperature of every request; overrides measure.temperature (default: the config's).",
     ),
     tolerance: float = typer.Option(
         None,
@@ -140,15 +170,21 @@ def study(
             chosen = replace(chosen, workloads={workload: 1.0})
     if study_name:
         chosen = replace(chosen, name=check_name(study_name, what="--study-name"))
-    if requests is not None:
-        chosen = replace(chosen, measure=replace(chosen.measure, requests=requests))
+    chosen = override_measure(
+        chosen, concurrency=concurrency, requests=requests, max_tokens=max_tokens, temperature=temperature
+    )
     if tolerance is not None:
         chosen = replace(chosen, tolerance=tolerance)
     if max_itl_p99 is not None:
         chosen = replace(chosen, objective=replace(chosen.objective, max_itl_p99_s=max_itl_p99 / 1000))
     if chosen.server.mode == "emulator":
         load_profile(chosen.server.emulator.profile)  # a wrong profile fails here, not in every trial's start
-    refuse_what_no_server_answers(chosen)
+    try:
+        refuse_what_no_server_answers(chosen, key="--max-tokens" if max_tokens is not None else "measure.max_tokens")
+    except ConfigError as exc:
+        if max_tokens is None:
+            raise
+        raise typer.BadParameter(str(exc)) from None  # a usage error: click adds the command's usage line
     out = Console(soft_wrap=True)
     if dry_run:
         print_plan(out, plan_study(chosen))
@@ -202,6 +238,38 @@ def study(
         out.print(f"figures, tables and fits: specsweep report {paths.folder}")
 
 
+def override_measure(
+    config: StudyConfig,
+    *,
+    concurrency: str | None = None,
+    requests: int | None = None,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+) -> StudyConfig:
+    """``config`` with the [measure] keys given on the command line (None: the file's, or the built-in
+    study's). Levels that leave out the objective's concurrency are refused with a study file; the
+    built-in study measures its objective at the lowest level given."""
+    measure = config.measure
+    objective = config.objective
+    if concurrency is not None:
+        levels = parse_concurrency(concurrency)
+        measure = replace(measure, concurrency=levels)
+        if objective.concurrency not in levels:
+            if config.source != BUILT_IN:
+                raise typer.BadParameter(
+                    f"--concurrency {concurrency} leaves out objective.concurrency ({objective.concurrency}) "
+                    f"of {config.source}; add that level, or change [objective] in the file.",
+                )
+            objective = replace(objective, concurrency=min(levels))
+    if requests is not None:
+        measure = replace(measure, requests=requests)
+    if max_tokens is not None:
+        measure = replace(measure, max_tokens=max_tokens)
+    if temperature is not None:
+        measure = replace(measure, temperature=temperature)
+    return replace(config, measure=measure, objective=objective)
+
+
 def known_max_model_len(server: ServerConfig) -> tuple[int, str] | None:
     """The server's max model length where it is known before a start, and where it comes from: the
     emulator's profile, or the start command's flag (--max-model-len, --context-length, -c)."""
@@ -214,15 +282,16 @@ def known_max_model_len(server: ServerConfig) -> tuple[int, str] | None:
     return (found[0], f"{found[1]} in server.start") if found else None
 
 
-def refuse_what_no_server_answers(config: StudyConfig) -> None:
+def refuse_what_no_server_answers(config: StudyConfig, *, key: str = "measure.max_tokens") -> None:
     """Refuse, before any start, a study whose every request the server would refuse: a max_tokens
-    beyond the server's max model length (prompt and completion share it)."""
+    beyond the server's max model length (prompt and completion share it); ``key`` is where it was set."""
     known = known_max_model_len(config.server)
     asked = config.measure.max_tokens
     if known is not None and asked >= known[0]:
+        where = key if key.startswith("--") else f"{config.source}: {key}"
         raise ConfigError(
-            f"{config.source}: measure.max_tokens ({asked:,}) leaves no room for a prompt in the server's max "
-            f"model length ({known[0]:,}, {known[1]}): every request would be refused; lower measure.max_tokens."
+            f"{where} ({asked:,}) leaves no room for a prompt in the server's max "
+            f"model length ({known[0]:,}, {known[1]}): every request would be refused; lower {key}."
         )
 
 

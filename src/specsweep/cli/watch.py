@@ -49,6 +49,10 @@ def _moment(text: str, flag: str) -> float:
         raise ConfigError(f"{flag} {text!r} is neither unix seconds nor an ISO 8601 time.") from None
 
 
+# Command lines that --help shows as examples (tests/test_cli_help.py parses each).
+EXAMPLES = ("specsweep watch --endpoint http://127.0.0.1:8000 --rig studies/emulator-technical/rig.json",)
+
+
 def watch(
     endpoint: str = typer.Option(
         None, callback=check_url, help="Base URL of the running server: read its /metrics live."
@@ -93,14 +97,18 @@ def watch(
         False, "--json", help="One JSON line per interval (live) or per window (Prometheus)."
     ),
     report: Path = typer.Option(
-        None, "--out", "--report", help="Also write report.md, report.html, results.json and figures in this folder."
+        None, "--out", help="Also write report.md, report.html, results.json and figures in this folder."
     ),
+    old_report: Path = typer.Option(None, "--report", hidden=True, help="Old spelling of --out."),
     fmt: str = typer.Option(
         None,
-        "--snippet-format",
         "--format",
         callback=one_of(FORMATS),
-        help="Format of the snippet to paste (default: the engine's).",
+        help="Format of the snippet to paste: vllm, vllm-yaml, compose, sglang, llama.cpp or json "
+        "(default: the engine's).",
+    ),
+    snippet_format: str = typer.Option(
+        None, "--snippet-format", hidden=True, callback=one_of(FORMATS), help="Old spelling of --format."
     ),
     api_key_env: str = typer.Option(None, help="Live: environment variable holding the bearer token for /metrics."),
     seed: int = typer.Option(0, help="Seed of the predictions' draws."),
@@ -115,6 +123,7 @@ def watch(
     table weighted by that concurrency, the recommendation, its gain over the running config and
     the snippet to paste. It says when windows want different configurations (docs/watch.md).
     """
+    report, fmt = report or old_report, fmt or snippet_format
     if endpoint is None and prometheus is None:
         raise ConfigError("give --endpoint URL (read /metrics live) or --prometheus URL (read a range).")
     if prometheus is None and (selector or since or start or end or step):

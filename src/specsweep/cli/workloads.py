@@ -14,6 +14,12 @@ from specsweep.names import check_name, file_part
 from specsweep.runtime.store import write_atomic
 from specsweep.workload import bundled_workload_names, load_workload, workload_jsonl
 
+# Command lines that --help shows as examples (tests/test_cli_help.py parses each).
+EXAMPLES = (
+    "specsweep workloads",
+    "specsweep workloads import studies/openings.jsonl --out /tmp",
+)
+
 
 def workloads(
     path: list[str] = typer.Argument(
