@@ -29,6 +29,7 @@ also pays their prefill. A lookup drafter's conditional rates gain
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -42,7 +43,7 @@ from specsweep.emulator.content import count_tokens
 from specsweep.emulator.profile import Profile
 from specsweep.engines.vllm import drafts_from_a_distribution
 from specsweep.types import SpeculativeConfig
-from specsweep.workload import bundled_workload_names, load_workload, new_nonce
+from specsweep.workload import bundled_workload_names, load_workload
 
 _EPS = 1e-9
 
@@ -291,5 +292,12 @@ def workload_prompt_tokens(content_class: str) -> int:
     if content_class not in bundled_workload_names():
         return DEFAULT_PROMPT_TOKENS
     prompts = load_workload(content_class).prompts
-    counts = [count_tokens("".join(str(m.get("content") or "") for m in p.chat_messages(new_nonce()))) for p in prompts]
+    # nonces drawn from a fixed seed: a nonce's token count varies with its digits, and the truth
+    # must be the same from run to run
+    draw = random.Random(0)
+    nonces = [f"{draw.getrandbits(48):012x}" for _ in prompts]
+    counts = [
+        count_tokens("".join(str(m.get("content") or "") for m in p.chat_messages(n)))
+        for p, n in zip(prompts, nonces, strict=True)
+    ]
     return round(sum(counts) / len(counts))
