@@ -67,7 +67,7 @@ from specsweep.tuning.records import (
 )
 from specsweep.tuning.space import Space, build_space
 from specsweep.tuning.strategy import decide_next
-from specsweep.types import LevelFigures, StudySettings
+from specsweep.types import CapturedWidths, LevelFigures, StudySettings
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 HERE = Path(__file__).parent
@@ -206,7 +206,7 @@ def run_specsweep(case: Case, seed: int, args) -> tuple[int, list[str]]:
         baseline=None,
         noise_prior=USUAL_RUN_NOISE,
         # what the emulator serving this profile says it captured graphs for (its /version)
-        captured_widths=case.profile.timing.captured_widths,
+        captured_widths=CapturedWidths(every_k=case.profile.timing.captured_widths),
     )
     picks: list[str] = []
     while True:
