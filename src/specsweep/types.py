@@ -364,7 +364,7 @@ class StudySettings:
     engine_flags: frozenset[str] | None = None  # the flag names the server binary's --help listed (llama.cpp)
     max_itl_p99_s: float | None = None  # a latency target the recommendation keeps to (analysis/latency.py)
     # the verified widths the server captured graphs for, per draft length (empty: not known; steps unpadded)
-    captured_widths: CapturedWidths = CapturedWidths()
+    captured_widths: CapturedWidths = field(default_factory=CapturedWidths)
 
     @property
     def workloads(self) -> tuple[str, ...]:
