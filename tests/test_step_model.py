@@ -223,7 +223,9 @@ def test_draws_are_paired_across_k() -> None:
     unpaired = np.hypot(np.std(sample.draws[:, at[0]]), np.std(sample.draws[:, at[1]]))
     assert paired < 0.5 * unpaired
     again = sample_rates(model, {DSPARK: PROSE}, concurrency=1, draws=2000, seed=1)
-    assert np.array_equal(sample.draws, again.draws)
+    # the same seed gives the same draws; to rounding only, as a threaded BLAS may sum in another
+    # order from one call to the next (seen once on numpy 1.26 with both cores loaded)
+    np.testing.assert_allclose(again.draws, sample.draws, rtol=1e-9, atol=0)
 
 
 def test_no_drawn_step_costs_less_than_nothing() -> None:
