@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specsweep.analysis.aggregate import fit_aggregate_acceptance, geometric_rate
-from specsweep.analysis.fits import fit_acceptance, per_position_draws
+from specsweep.analysis.fits import fit_acceptance
 from specsweep.analysis.intervals import design_effect, position_estimates, wilson_interval
+from specsweep.analysis.positions import per_position_draws
 from specsweep.errors import FitError
 
 PROSE = (0.741, 0.538, 0.411, 0.291, 0.241)

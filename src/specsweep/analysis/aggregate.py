@@ -22,7 +22,8 @@ from scipy.optimize import brentq
 from scipy.special import logit
 
 from specsweep.analysis.decay import BOUND
-from specsweep.analysis.fits import MAX_VARIANCE, AcceptanceFit, ModelFit, predict_draft_lengths
+from specsweep.analysis.fits import MAX_VARIANCE, AcceptanceFit, ModelFit
+from specsweep.analysis.positions import predict_draft_lengths
 from specsweep.errors import FitError
 
 

@@ -28,7 +28,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import minimize
 
-from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.analysis.decay import (
     EPS,
     MODEL_NAMES,
@@ -38,6 +37,7 @@ from specsweep.analysis.decay import (
     survival,
 )
 from specsweep.analysis.intervals import PositionEstimate, position_estimates
+from specsweep.analysis.positions import BorrowedTail, DraftLengthPrediction, predict_draft_lengths
 from specsweep.errors import FitError
 
 MAX_VARIANCE = 100.0  # cap on an unconstrained parameter's variance where the data do not pin it
@@ -63,20 +63,6 @@ class ModelFit:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DraftLengthPrediction:
-    """Predicted S_k and E(k) at one draft length, with bands."""
-
-    num_speculative_tokens: int
-    per_position: float  # S_k
-    per_position_low: float
-    per_position_high: float
-    tokens_per_step: float  # E(k)
-    tokens_per_step_low: float
-    tokens_per_step_high: float
-    source: str  # "measured" (within the measured positions), "model" (aggregate data) or "extrapolated"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class AcceptanceFit:
     """Fitted acceptance of one workload under one drafter."""
 
@@ -96,6 +82,7 @@ class AcceptanceFit:
     prediction: tuple[DraftLengthPrediction, ...]  # k = 1..k_max
     draws: int
     seed: int
+    borrowed: BorrowedTail | None = None  # positions past K taken from the other draft sampling
 
     def model(self, name: str) -> ModelFit:
         """The fit of the model called ``name``."""
@@ -319,82 +306,3 @@ def rank_models(fitted: list[ModelFit], saturated: ModelFit | None) -> tuple[lis
             "more than any curve: measured positions use the measured rates and the curve only extrapolates"
         )
     return fitted, chosen.name, reason + "."
-
-
-def point_per_position(fit: AcceptanceFit) -> np.ndarray:
-    """S_1..S_kmax: measured up to K, the chosen curve's conditional rates carried on after."""
-    measured = np.asarray(fit.accepted_per_position, dtype=float) / fit.num_drafts if fit.measured_positions else None
-    curve = np.asarray(fit.model(fit.chosen).conditional, dtype=float)
-    joined: np.ndarray = _join(measured, curve[None, :], fit.k_max)[0]
-    return joined
-
-
-def per_position_draws(fit: AcceptanceFit, *, draws: int, seed: int) -> np.ndarray:
-    """Joint draws of S_1..S_kmax, shape (draws, k_max); deterministic given ``seed``."""
-    rng = np.random.default_rng(seed)
-    measured = None
-    if fit.measured_positions:
-        counts = np.asarray([fit.num_drafts, *fit.accepted_per_position], dtype=float)
-        rates = np.nan_to_num(saturated_conditional(counts), nan=0.0)
-        effective = max(1, round(counts[0] / fit.design_effect))
-        reached = np.full(draws, effective, dtype=np.int64)
-        measured = np.empty((draws, rates.size))
-        for i, rate in enumerate(rates):
-            reached = rng.binomial(reached, rate)
-            measured[:, i] = reached / effective
-    chosen = fit.model(fit.chosen)
-    model = model_named(chosen.name)
-    theta = rng.multivariate_normal(chosen.unconstrained, chosen.covariance, size=draws, method="eigh")
-    lo, hi = np.array([b[0] for b in model.bounds]), np.array([b[1] for b in model.bounds])
-    curve = model.conditional(np.clip(theta, lo, hi), np.arange(1, fit.k_max + 1, dtype=float))
-    return _join(measured, curve, fit.k_max)
-
-
-def _join(measured: np.ndarray | None, curve: np.ndarray, k_max: int) -> np.ndarray:
-    """Measured S up to K (rows of draws, or one row), then S_K times the curve's p_(K+1..)."""
-    rows = curve.shape[0] if measured is None else max(curve.shape[0], np.atleast_2d(measured).shape[0])
-    if measured is None:
-        return np.broadcast_to(survival(curve[:, :k_max]), (rows, k_max)).copy()
-    measured = np.atleast_2d(measured)
-    out = np.empty((rows, k_max))
-    known = min(measured.shape[1], k_max)
-    out[:, :known] = measured[:, :known]
-    if k_max > measured.shape[1]:
-        tail = np.broadcast_to(curve[:, measured.shape[1] : k_max], (rows, k_max - measured.shape[1]))
-        out[:, known:] = measured[:, -1:] * survival(tail)
-    return out
-
-
-def band(samples: np.ndarray, point: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile band over axis 0, widened to hold ``point``."""
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.percentile(samples, [tail, 100.0 - tail], axis=0)
-    return np.minimum(low, point), np.maximum(high, point)
-
-
-def predict_draft_lengths(fit: AcceptanceFit) -> tuple[DraftLengthPrediction, ...]:
-    """S_k and E(k) with bands for k = 1..k_max from the fit's own draws."""
-    point = point_per_position(fit)
-    samples = per_position_draws(fit, draws=fit.draws, seed=fit.seed)
-    s_low, s_high = band(samples, point, fit.confidence)
-    e_point = np.array([expected_tokens_per_step(list(point), k) for k in range(1, fit.k_max + 1)])
-    e_low, e_high = band(1.0 + np.cumsum(samples, axis=1), e_point, fit.confidence)
-    return tuple(
-        DraftLengthPrediction(
-            num_speculative_tokens=k,
-            per_position=float(point[k - 1]),
-            per_position_low=float(s_low[k - 1]),
-            per_position_high=float(s_high[k - 1]),
-            tokens_per_step=float(e_point[k - 1]),
-            tokens_per_step_low=float(e_low[k - 1]),
-            tokens_per_step_high=float(e_high[k - 1]),
-            source=_source(fit, k),
-        )
-        for k in range(1, fit.k_max + 1)
-    )
-
-
-def _source(fit: AcceptanceFit, k: int) -> str:
-    if k <= fit.measured_positions:
-        return "measured"
-    return "model" if k <= fit.num_speculative_tokens else "extrapolated"

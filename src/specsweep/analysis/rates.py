@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
-from specsweep.analysis.fits import AcceptanceFit, band, per_position_draws, point_per_position
+from specsweep.analysis.fits import AcceptanceFit
+from specsweep.analysis.positions import band, per_position_draws, point_per_position
 from specsweep.analysis.throughput import ThroughputModel
 from specsweep.errors import FitError
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
-from specsweep.analysis.fits import band
 from specsweep.analysis.latency import LatencyLimit
+from specsweep.analysis.positions import band
 from specsweep.analysis.rates import AcceptanceInput, RateSample, sample_rates
 from specsweep.analysis.throughput import ThroughputModel
 from specsweep.analysis.value import pick

@@ -18,7 +18,7 @@ Pure: no storage, no I/O. The report and the CLI render what this returns.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specsweep.analysis.aggregate import fit_aggregate_acceptance
@@ -26,10 +26,12 @@ from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, drafte
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
 from specsweep.analysis.latency import itl_limit
 from specsweep.analysis.noise import RunNoise, noise_of
+from specsweep.analysis.positions import lend_positions
 from specsweep.analysis.rates import RatePrediction, predict_throughput
 from specsweep.analysis.recommendation import Recommendation, recommend_draft_length
 from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
 from specsweep.analysis.throughput import ThroughputModel, fit_throughput_model, study_observations
+from specsweep.config import DRAFT_SAMPLE_METHODS
 from specsweep.errors import FitError
 from specsweep.types import (
     CapturedWidths,
@@ -315,6 +317,19 @@ def drafter_acceptance(
         except FitError:
             continue
         out.append(DrafterAcceptance(workload=workload, drafter=drafter, trial=config.trial, fit=fit))
+    return lend_between_samplings(out)
+
+
+def lend_between_samplings(fits: list[DrafterAcceptance]) -> list[DrafterAcceptance]:
+    """Each drafter's positions past its own K from its other draft sampling where that one was
+    measured further (analysis/positions.py: one shape, a shift per draft sampling)."""
+    by_drafter = {a.drafter: a.fit for a in fits if a.fit.measured_positions}
+    out = []
+    for a in fits:
+        sampling = next(m for m in DRAFT_SAMPLE_METHODS if m != a.drafter.draft_sample_method)
+        lender = by_drafter.get(Drafter(method=a.drafter.method, draft_sample_method=sampling))
+        lent = a.fit if lender is None or not a.fit.measured_positions else lend_positions(a.fit, lender)
+        out.append(replace(a, fit=lent))
     return out
 
 

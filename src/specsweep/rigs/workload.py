@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specsweep.analysis.drafters import Candidate, Drafter
-from specsweep.analysis.fits import AcceptanceFit, fit_acceptance, point_per_position
+from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
+from specsweep.analysis.positions import point_per_position
 from specsweep.analysis.recommendation import Recommendation, recommend_draft_length
 from specsweep.analysis.step_model import MIN_LEVEL_SE
 from specsweep.analysis.throughput import ThroughputModel, ThroughputObservation, fit_throughput_model

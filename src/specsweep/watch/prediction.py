@@ -32,7 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
-from specsweep.analysis.fits import AcceptanceFit, band, point_per_position
+from specsweep.analysis.fits import AcceptanceFit
+from specsweep.analysis.positions import band, point_per_position
 from specsweep.analysis.rates import RateSample, sample_rates
 from specsweep.analysis.value import pick
 from specsweep.config import TOLERANCE
