@@ -237,6 +237,20 @@ def test_no_drawn_step_costs_less_than_nothing() -> None:
     assert np.max(sample.draws) < 10 * np.max(sample.tokens_per_s)
 
 
+def test_wild_starts_draw_no_step_faster_than_half_the_fastest_measured() -> None:
+    """Three starts at 50% noise leave every part of the step free to clip to zero in a draw. A
+    drawn rate is B E / t with E at most k + 1: no step is faster than half the fastest one
+    measured, so no rate passes 2 B (k + 1) / t_min (it drew 1e11 tok/s before the floor)."""
+    rng = np.random.default_rng(34)
+    observations = [observe(k, b, start=i, rng=rng, noise=0.5) for i, (k, b) in enumerate([(0, 1), (8, 4), (3, 1)])]
+    t_min = min(o.concurrency * o.tokens_per_step / o.output_tokens_per_s for o in observations)
+    model = fit_throughput_model(observations)
+    for b in (1, 4):
+        sample = sample_rates(model, {DSPARK: PROSE}, concurrency=b, draws=2000, seed=34)
+        bound = np.array([2 * b * (c.num_speculative_tokens + 1) / t_min for c in sample.candidates])
+        assert np.all(sample.draws <= bound[None, :] * (1 + 1e-9))
+
+
 @pytest.mark.parametrize(
     "bad",
     [

@@ -164,8 +164,15 @@ class StepPosterior:
         for j, cell in enumerate(cells):
             index = self._cell_index(cell)
             out[:, j] *= np.exp(dev[:, index] if index is not None else fresh[:, j])
-        floored: np.ndarray = np.maximum(out, 1e-12)
+        floored: np.ndarray = np.maximum(out, self.floor_s)
         return floored
+
+    @property
+    def floor_s(self) -> float:
+        """No step is drawn faster than half the fastest step measured: every step reads the weights
+        once, and the cheapest measured (usually speculation off at the fewest streams) did little
+        more. Without it, a draw whose parts all clip to zero would give a rate of 1e12 tok/s."""
+        return 0.5 * float(np.exp(np.min(self.log_times))) if self.log_times.size else 1e-12
 
     def _cell_index(self, cell: Cell) -> int | None:
         return next((i for i, c in enumerate(self.cells) if c.key == cell.key), None)
