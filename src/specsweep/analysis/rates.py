@@ -45,7 +45,6 @@ def sample_rates(
     draws: int = 400,
     seed: int = 0,
     acceptance_scale: Mapping[Drafter, Mapping[int, float]] | None = None,
-    workload: str | None = None,
 ) -> RateSample:
     """R(k) = B E_w(k) / T(k) for off and every drafter's k = k_min..k_max at one concurrency.
 
@@ -55,9 +54,7 @@ def sample_rates(
     at a share that depends on k: see rigs/model.py); a k it does not name takes the share of
     steps that drafted as the step model has it (measured there, else at the nearest k: 1 for a
     drafter that drafts at every step), as the counters' S_i are per drafting step. Step times
-    are the one step model's joint draws, so differences between candidates are paired.
-    ``workload`` is accepted for the callers that name it; the model is the same for every workload."""
-    del workload
+    are the one step model's joint draws, so differences between candidates are paired."""
     if concurrency not in model.concurrency_levels:
         raise FitError(f"nothing was measured at concurrency {concurrency}; measure it first.")
     rng = np.random.default_rng(seed)
@@ -126,13 +123,9 @@ def predict_throughput(
     confidence: float = 0.95,
     draws: int = 400,
     seed: int = 0,
-    workload: str | None = None,
 ) -> tuple[RatePrediction, ...]:
-    """Rate against k with bands at one concurrency: what a throughput-against-k figure plots
-    (``workload``: as sample_rates takes it)."""
-    sample = sample_rates(
-        model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed, workload=workload
-    )
+    """Rate against k with bands at one concurrency: what a throughput-against-k figure plots."""
+    sample = sample_rates(model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed)
     low, high = band(sample.draws, sample.tokens_per_s, confidence)
     return tuple(
         RatePrediction(

@@ -108,7 +108,7 @@ def recommend_draft_length(
     candidates of their own."""
     sample = sample_rates(
         model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed,
-        acceptance_scale=acceptance_scale, workload=workload or None,
+        acceptance_scale=acceptance_scale,
     )  # fmt: skip
     runnable = [j for j, c in enumerate(sample.candidates) if c not in idle]
     kept = [j for j in runnable if limit is None or limit.allows(sample.candidates[j])]

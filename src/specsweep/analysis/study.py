@@ -202,7 +202,6 @@ def analyze_study(
                         for row in predict_throughput(
                             model,
                             model_inputs,
-                            workload=workload,
                             concurrency=level,
                             k_max=k_max,
                             confidence=confidence,

@@ -41,7 +41,7 @@ def cell_beliefs(
             try:
                 sample = sample_rates(
                     model.throughput, model.fits, concurrency=level, k_min=k_min, draws=DRAWS,
-                    seed=1000 * index + level, workload=workload,
+                    seed=1000 * index + level,
                 )  # fmt: skip
             except FitError:
                 continue
