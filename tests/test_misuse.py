@@ -386,5 +386,11 @@ def test_a_resume_after_the_measured_settings_changed_names_them_and_leaves_noth
         "search.draft_sample_method",
     ):
         assert said in result.stderr, result.stderr
+    # the output length is what a level measures too: a resume at another one is refused alone
+    write_study(tmp_path / "s.toml", emulator_study("tiny", k=(1, 2), requests=2, max_tokens=30))
+    longer = specsweep("study", "--config", "s.toml", "--resume", "--max-tokens", "60", cwd=tmp_path)
+    assert longer.returncode == 1 and longer.stderr.count("\n") == 1, longer.stderr
+    assert "measure.max_tokens 30 (now 60)" in longer.stderr, longer.stderr
+    assert "measure.max_tokens" not in result.stderr  # unchanged in the first resume: not named
     after = [t.state for t in optuna.load_study(study_name="tiny", storage=storage).trials]
     assert after == states and optuna.trial.TrialState.RUNNING not in after

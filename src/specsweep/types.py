@@ -356,6 +356,7 @@ class StudySettings:
     baseline: Configuration | None  # the configuration run today (None: the study names none)
     engine: str = "vllm"
     temperature: float | None = None
+    max_tokens: int | None = None  # measure.max_tokens: every request's output length
     config_source: str | None = None
     max_num_seqs: int | None = None  # the server's, as it said or its --max-num-seqs (bounds a per-batch-size table)
     tolerance: float = 0.01  # differences between configurations under this share of a rate do not matter

@@ -20,6 +20,7 @@ def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
         "config_source": settings.config_source,
         "engine": settings.engine,
         "temperature": settings.temperature,
+        "max_tokens": settings.max_tokens,
         "objective_concurrency": settings.objective_concurrency,
         "workloads": dict(settings.workload_weights),
         "concurrency": list(settings.concurrency_levels),
@@ -53,6 +54,7 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
         baseline=None if baseline_key is None else Configuration.from_key(baseline_key),
         engine=str(attrs.get("engine", "vllm")),
         temperature=attrs.get("temperature"),
+        max_tokens=attrs.get("max_tokens"),
         config_source=attrs.get("config_source"),
         max_num_seqs=attrs.get("max_num_seqs"),
         tolerance=float(attrs.get("tolerance") or 0.01),
@@ -131,13 +133,14 @@ MEASURED_SETTINGS = {
     "engine": "server.engine",
     "workloads": "[workloads]",
     "temperature": "measure.temperature",
+    "max_tokens": "measure.max_tokens",
     "concurrency": "measure.concurrency",
     "objective_concurrency": "objective.concurrency",
     "num_speculative_tokens_range": "search.num_speculative_tokens",
 }
 # What every worker of a shared study must share (each brings its own [server], and may measure
 # at the levels its server takes).
-JOINED_SETTINGS = ("workloads", "temperature", "objective_concurrency")
+JOINED_SETTINGS = ("workloads", "temperature", "max_tokens", "objective_concurrency")
 
 
 def _stored_form(settings: StudySettings) -> dict[str, object]:
@@ -146,6 +149,7 @@ def _stored_form(settings: StudySettings) -> dict[str, object]:
         "engine": settings.engine,
         "workloads": dict(settings.workload_weights),
         "temperature": settings.temperature,
+        "max_tokens": settings.max_tokens,
         "concurrency": list(settings.concurrency_levels),
         "objective_concurrency": settings.objective_concurrency,
         "num_speculative_tokens_range": list(settings.k_range) if settings.k_range else None,

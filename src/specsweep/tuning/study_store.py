@@ -169,6 +169,7 @@ def settings_of(config: StudyConfig, space: Space) -> StudySettings:
         baseline=baseline,
         engine=config.server.engine,
         temperature=config.measure.temperature,
+        max_tokens=config.measure.max_tokens,
         config_source=config.source,
         tolerance=config.tolerance,
         noise_prior=engine_info(config.server.engine).run_noise,
