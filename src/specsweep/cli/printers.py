@@ -32,7 +32,6 @@ from specsweep.tuning.events import (
     TrialStarting,
     Waiting,
 )
-from specsweep.tuning.plan import PlannedConfiguration, StudyPlan
 from specsweep.tuning.stored import pick_best
 from specsweep.tuning.study_time import StudyTime
 from specsweep.types import ClockName, MeasuredConfig, StudySettings
@@ -304,36 +303,3 @@ def watch_view(report: WatchReport, fmt: str, *, source: str) -> Group:
 
 def _scale(report: WatchReport) -> str:
     return f"; {report.rates_note}" if report.rates_note else ""
-
-
-def _planned_label(planned: PlannedConfiguration, plan: StudyPlan) -> str:
-    """A planned configuration's label, with ``(baseline)`` after a speculative baseline."""
-    c = planned.configuration
-    return configuration_label(c) + (" (baseline)" if c.spec is not None and c == plan.baseline else "")
-
-
-def print_plan(out: Console, plan: StudyPlan) -> None:
-    """``study --dry-run``: the space, the levels and workloads, and every server command."""
-    out.print(f"[bold]dry run[/bold] of study {plan.name}: nothing is started, nothing is written")
-    first = [_planned_label(c, plan) for c in plan.configurations if c.first]
-    out.print(
-        f"space: {len(plan.configurations)} distinct configurations on {plan.engine} ({plan.mode} mode), "
-        f"sampler {plan.sampler}; measured first: {', '.join(first) or 'none'}"
-    )
-    if plan.collapsed:
-        out.print(f"  note: {plan.collapsed}")
-    for w in plan.workloads:
-        kinds = ", ".join(f"{tag or '-'} {count}" for tag, count in sorted(w.subcategories.items()))
-        out.print(f"workload {w.name}: weight {w.weight:g}, {w.prompts} prompts ({kinds})")
-    out.print(
-        f"levels: concurrency {', '.join(map(str, plan.concurrency))}; requests {plan.requests}; "
-        f"max_tokens {plan.max_tokens}, temperature {plan.temperature:g}"
-    )
-    out.print(f"objective: {plan.objective}; {plan.budget}")
-    out.print("server command per configuration" + (" (PORT: a free port picked at each start)" if any(
-        " PORT" in c.command for c in plan.configurations) else "") + ":")  # fmt: skip
-    for c in plan.configurations:
-        out.print(f"  {_planned_label(c, plan)}:", highlight=False)
-        out.print(f"    {c.command}", highlight=False, markup=False)
-    for warning in plan.warnings:
-        out.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
