@@ -9,13 +9,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.status import Status
-from rich.text import Text
 
 from specsweep.analysis.drafters import candidate_of, configuration_label
 from specsweep.analysis.study import StudyAnalysis
-from specsweep.cli.rig_printers import describe_rig
 from specsweep.report.study_report import baseline_name, recommendation_summary, snippet_for, snippet_heading
 from specsweep.runtime.measure import LevelResult, LevelStarted, Measurement, RequestDone, WarmingUp
 from specsweep.tuning.events import (
@@ -35,8 +33,6 @@ from specsweep.tuning.events import (
 from specsweep.tuning.stored import pick_best
 from specsweep.tuning.study_time import StudyTime
 from specsweep.types import ClockName, MeasuredConfig, StudySettings
-from specsweep.watch.report import summary_lines, window_lines
-from specsweep.watch.windows import WatchReport
 
 
 def print_analysis(
@@ -275,31 +271,3 @@ def print_study_time(out: Console, spent: StudyTime) -> None:
             f"level would take about {_minutes(spent.grid_s)}{unit}"
         )
     out.print(line)
-
-
-def print_watch(out: Console, report: WatchReport, fmt: str, *, source: str, unchecked: tuple[str, ...] = ()) -> None:
-    """Every window in a few lines, then the recommendation over all of them and the snippet."""
-    out.print(f"\n[bold]watch[/bold] {report.engine} at {source}: {len(report.windows)} window(s)" + _scale(report))
-    if report.rig is not None:
-        out.print(f"rig: {describe_rig(report.rig)}")
-    if unchecked:
-        out.print(f"  unchecked against the running server: {', '.join(unchecked)}")
-    for number, window in enumerate(report.windows, 1):
-        for line in window_lines(window, number):
-            out.print(line, highlight=False, markup=False)
-    out.print("")
-    for line in summary_lines(report, fmt):
-        out.print(line, highlight=False, markup=False)
-
-
-def watch_view(report: WatchReport, fmt: str, *, source: str) -> Group:
-    """The live view: the last windows and the span so far, refreshed in place."""
-    lines = [f"watch {report.engine} at {source}{_scale(report)} (Ctrl-C stops and prints the summary)"]
-    for number, window in list(enumerate(report.windows, 1))[-3:]:
-        lines += window_lines(window, number)
-    lines += summary_lines(report, fmt)
-    return Group(*(Text(line) for line in lines))
-
-
-def _scale(report: WatchReport) -> str:
-    return f"; {report.rates_note}" if report.rates_note else ""
