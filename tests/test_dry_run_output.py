@@ -142,3 +142,13 @@ def test_split_commands_keeps_every_word() -> None:
     # one command a prefix of another: the tail never eats into the shared head
     nested = split_commands([("a", "b"), ("a", "b", "b")])
     assert [(*nested.head, *p, *nested.tail) for p in nested.parts] == [("a", "b"), ("a", "b", "b")]
+
+
+def test_attach_mode_lists_each_configurations_flags_and_no_stop() -> None:
+    data = emulator_study("hand", k=(1, 2))
+    data["server"] = {"engine": "vllm", "mode": "attach", "port": 8000}
+    plan = plan_study(parse_study_config(data, source="s.toml"))
+    lines = printed(plan, width=80, terminal=False)
+    for c in plan.configurations:
+        assert f"    {c.command}" in lines
+    assert not any(line.startswith("once a configuration is measured") for line in lines)

@@ -115,6 +115,8 @@ def _print_stops(out: Console, say: _Prose, plan: StudyPlan) -> None:
     """How each server is stopped and what the next start waits for (per configuration where the
     stop commands differ between them, through a placeholder)."""
     stops = {c.stop for c in plan.configurations}
+    if not any(s.stop or s.signals or s.wait_free or s.port for s in stops):
+        return  # attach mode without wait_free: the user stops the server
     if len(stops) == 1:
         say("once a configuration is measured, before the next start:")
         _print_stop(out, say, next(iter(stops)), indent=2)
