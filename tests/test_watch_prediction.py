@@ -118,7 +118,7 @@ def test_windows_that_want_different_k_are_said_and_the_figures_carry_them(rig, 
 def test_the_live_view_shows_the_last_windows_the_span_and_the_paste(rig) -> None:
     from rich.console import Console
 
-    from specsweep.cli.printers import watch_view
+    from specsweep.cli.watch_printers import watch_view
 
     settings = WatchSettings(names=NAMES, rig=rig, drafter=rig.drafters[0], window_s=5.0)
     snapshots = served([1] * 10 + [4] * 10)

@@ -9,13 +9,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.status import Status
-from rich.text import Text
 
 from specsweep.analysis.drafters import candidate_of, configuration_label
 from specsweep.analysis.study import StudyAnalysis
-from specsweep.cli.rig_printers import describe_rig
 from specsweep.report.study_report import baseline_name, recommendation_summary, snippet_for, snippet_heading
 from specsweep.runtime.measure import LevelResult, LevelStarted, Measurement, RequestDone, WarmingUp
 from specsweep.tuning.events import (
@@ -32,12 +30,9 @@ from specsweep.tuning.events import (
     TrialStarting,
     Waiting,
 )
-from specsweep.tuning.plan import PlannedConfiguration, StudyPlan
 from specsweep.tuning.stored import pick_best
 from specsweep.tuning.study_time import StudyTime
 from specsweep.types import ClockName, MeasuredConfig, StudySettings
-from specsweep.watch.report import summary_lines, window_lines
-from specsweep.watch.windows import WatchReport
 
 
 def print_analysis(
@@ -276,64 +271,3 @@ def print_study_time(out: Console, spent: StudyTime) -> None:
             f"level would take about {_minutes(spent.grid_s)}{unit}"
         )
     out.print(line)
-
-
-def print_watch(out: Console, report: WatchReport, fmt: str, *, source: str, unchecked: tuple[str, ...] = ()) -> None:
-    """Every window in a few lines, then the recommendation over all of them and the snippet."""
-    out.print(f"\n[bold]watch[/bold] {report.engine} at {source}: {len(report.windows)} window(s)" + _scale(report))
-    if report.rig is not None:
-        out.print(f"rig: {describe_rig(report.rig)}")
-    if unchecked:
-        out.print(f"  unchecked against the running server: {', '.join(unchecked)}")
-    for number, window in enumerate(report.windows, 1):
-        for line in window_lines(window, number):
-            out.print(line, highlight=False, markup=False)
-    out.print("")
-    for line in summary_lines(report, fmt):
-        out.print(line, highlight=False, markup=False)
-
-
-def watch_view(report: WatchReport, fmt: str, *, source: str) -> Group:
-    """The live view: the last windows and the span so far, refreshed in place."""
-    lines = [f"watch {report.engine} at {source}{_scale(report)} (Ctrl-C stops and prints the summary)"]
-    for number, window in list(enumerate(report.windows, 1))[-3:]:
-        lines += window_lines(window, number)
-    lines += summary_lines(report, fmt)
-    return Group(*(Text(line) for line in lines))
-
-
-def _scale(report: WatchReport) -> str:
-    return f"; {report.rates_note}" if report.rates_note else ""
-
-
-def _planned_label(planned: PlannedConfiguration, plan: StudyPlan) -> str:
-    """A planned configuration's label, with ``(baseline)`` after a speculative baseline."""
-    c = planned.configuration
-    return configuration_label(c) + (" (baseline)" if c.spec is not None and c == plan.baseline else "")
-
-
-def print_plan(out: Console, plan: StudyPlan) -> None:
-    """``study --dry-run``: the space, the levels and workloads, and every server command."""
-    out.print(f"[bold]dry run[/bold] of study {plan.name}: nothing is started, nothing is written")
-    first = [_planned_label(c, plan) for c in plan.configurations if c.first]
-    out.print(
-        f"space: {len(plan.configurations)} distinct configurations on {plan.engine} ({plan.mode} mode), "
-        f"sampler {plan.sampler}; measured first: {', '.join(first) or 'none'}"
-    )
-    if plan.collapsed:
-        out.print(f"  note: {plan.collapsed}")
-    for w in plan.workloads:
-        kinds = ", ".join(f"{tag or '-'} {count}" for tag, count in sorted(w.subcategories.items()))
-        out.print(f"workload {w.name}: weight {w.weight:g}, {w.prompts} prompts ({kinds})")
-    out.print(
-        f"levels: concurrency {', '.join(map(str, plan.concurrency))}; requests {plan.requests}; "
-        f"max_tokens {plan.max_tokens}, temperature {plan.temperature:g}"
-    )
-    out.print(f"objective: {plan.objective}; {plan.budget}")
-    out.print("server command per configuration" + (" (PORT: a free port picked at each start)" if any(
-        " PORT" in c.command for c in plan.configurations) else "") + ":")  # fmt: skip
-    for c in plan.configurations:
-        out.print(f"  {_planned_label(c, plan)}:", highlight=False)
-        out.print(f"    {c.command}", highlight=False, markup=False)
-    for warning in plan.warnings:
-        out.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)

@@ -11,12 +11,12 @@ import typer
 from rich.console import Console
 
 from specsweep.cli.options import check_finite, check_levels
+from specsweep.cli.plan_printer import print_plan
 from specsweep.cli.printers import (
     StudyProgress,
     print_analysis,
     print_best_measured,
     print_boot,
-    print_plan,
     print_study_time,
 )
 from specsweep.cli.rig_printers import print_rig_study

@@ -15,7 +15,7 @@ from rich.live import Live
 
 from specsweep.analysis.series import intervals_from_snapshots
 from specsweep.cli.options import check_duration, check_url, one_of, seconds_of
-from specsweep.cli.printers import print_watch, watch_view
+from specsweep.cli.watch_printers import print_watch, watch_view
 from specsweep.engines.registry import EngineInfo, max_num_seqs_flag
 from specsweep.errors import ConfigError
 from specsweep.report.snippets import FORMATS, snippet_format_for

@@ -21,7 +21,8 @@ else's) would otherwise pass the readiness check and be measured in place of the
 With ``lease_path`` the running server is recorded (``runtime/lease.py``) until it is stopped.
 
 The server is run with its command as rendered; what is kept of it (``StartedServer.argv``, the
-planned command of a dry run, a failure's reason) has its secrets masked (``specsweep.secrets``).
+planned commands of a dry run (``runtime/server_plan.py``), a failure's reason) has its secrets masked
+(``specsweep.secrets``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from specsweep.runtime.launcher import (
 from specsweep.runtime.lease import clear_lease, lease_for, write_lease
 from specsweep.runtime.modelled_time import ServerClock
 from specsweep.runtime.store import open_log
-from specsweep.secrets import MASK, mask_argv, mask_text, secrets_in
+from specsweep.secrets import mask_argv, mask_text, secrets_in
 from specsweep.templates import CommandTemplate, Values, has_placeholder
 from specsweep.types import BootFacts, SpeculativeConfig
 
@@ -85,6 +86,11 @@ def server_secrets(config: ServerConfig) -> frozenset[str]:
 def render_command(template: tuple[str, ...] | str, values: Values) -> list[str]:
     """The argv to run for a template as ``ServerConfig`` holds it (checked when the study file was read)."""
     return CommandTemplate(text=template).render(values)
+
+
+STOP_COMMAND_EXTRA_S = 30.0  # server.stop may run for stop_grace_s plus this
+WAIT_FREE_EVERY_S = 2.0  # server.wait_free is run again this long after it failed
+PORT_FREE_WAIT_S = 10.0  # a start waits at most this long for its port to be free
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,9 +152,7 @@ class TrialServer:
         config = self.config
         port = config.port or free_port(config.host)
         spec_args = self.engine.spec_args(spec, help_flags=self.help_flags)
-        self._values = placeholder_values(
-            host=config.host, port=port, spec=spec, spec_args=spec_args, model=config.model, trial=trial
-        )
+        self._values = self.values_for(spec, port=port, trial=trial)
         url = f"http://{config.host}:{port}"
         started = time.monotonic()
         argv: list[str] = []
@@ -156,12 +160,12 @@ class TrialServer:
             shown = " ".join(shlex.quote(a) for a in spec_args) or "(speculation off: no spec flags)"
             self.ask_user(f"Restart the server at {url} with: {shown}\nPress Enter when it is starting (or ready).")
         else:
-            _check_port_free(config.host, port, wait_s=min(10.0, config.ready_timeout_s))
-            argv = self._argv(port, spec, trial)
+            _check_port_free(config.host, port, wait_s=min(PORT_FREE_WAIT_S, config.ready_timeout_s))
+            argv = self.start_argv(self._values, spec, port=port, trial=trial)
             self._process = ServerProcess(argv, log_path=self.log_path, env=config.env)
             self._process.start()
             if self.lease_path is not None:
-                stop = render_command(config.stop, self._values) if config.mode == "commands" and config.stop else None
+                stop = self.stop_argv(self._values)
                 lease = lease_for(trial=trial, pid=self._process.pid, stop=stop, log=self.log_path)
                 write_lease(self.lease_path, lease)
         self._wait_ready(url + config.ready_path)
@@ -196,24 +200,17 @@ class TrialServer:
         """The engine whose API and metrics the server speaks (the emulator speaks vLLM's)."""
         return "vllm" if self.modelled else self.engine.name
 
-    def planned_command(self, spec: SpeculativeConfig | None, *, trial: int) -> str:
-        """What a trial with ``spec`` would run, shell-quoted, without running it: PORT stands for
-        the free port picked at each start (server.port 0). In attach mode: the flags to restart with."""
+    def values_for(self, spec: SpeculativeConfig | None, *, port: int | str, trial: int) -> dict[str, str | list[str]]:
+        """The placeholders' values for a trial with ``spec`` on ``port``."""
         config = self.config
         spec_args = self.engine.spec_args(spec, help_flags=self.help_flags)
-        if config.mode == "attach":
-            return "restart by hand with: " + (" ".join(shlex.quote(a) for a in spec_args) or "no spec flags")
-        self._values = placeholder_values(
-            host=config.host, port=config.port, spec=spec, spec_args=spec_args, model=config.model, trial=trial
+        values = placeholder_values(
+            host=config.host, port=0, spec=spec, spec_args=spec_args, model=config.model, trial=trial
         )
-        if not config.port:
-            self._values["port"] = "PORT"
-        argv = self._argv(config.port, spec, trial)
-        if config.mode == "emulator" and not config.port:
-            argv[argv.index("--port") + 1] = "PORT"
-        return " ".join(a if a in ("PORT", MASK) else shlex.quote(a) for a in mask_argv(argv, self.secrets))
+        return {**values, "port": str(port)}
 
-    def _argv(self, port: int, spec: SpeculativeConfig | None, trial: int) -> list[str]:
+    def start_argv(self, values: Values, spec: SpeculativeConfig | None, *, port: int, trial: int) -> list[str]:
+        """The start command of a trial with ``spec`` (not in attach mode, where the user starts it)."""
         config = self.config
         if config.mode == "emulator":
             return study_emulator_argv(
@@ -223,7 +220,16 @@ class TrialServer:
                 extra=["--start-index", str(trial)],
             )  # fmt: skip
         assert config.start is not None
-        return render_command(config.start, self._values)
+        return render_command(config.start, values)
+
+    def stop_argv(self, values: Values) -> list[str] | None:
+        """Commands mode's server.stop, run before the process group is signalled (None: none)."""
+        config = self.config
+        return render_command(config.stop, values) if config.mode == "commands" and config.stop else None
+
+    def wait_free_argv(self, values: Values) -> list[str] | None:
+        """server.wait_free, run after a stop until it succeeds (None: none)."""
+        return render_command(self.config.wait_free, values) if self.config.wait_free is not None else None
 
     def _wait_ready(self, url: str) -> None:
         process = self._process
@@ -263,8 +269,9 @@ class TrialServer:
     def stop(self) -> None:
         """Stop the server (stop command, then the process group) and wait until resources are free."""
         config = self.config
-        if config.mode == "commands" and config.stop is not None:
-            _run_bounded(render_command(config.stop, self._values), config.stop_grace_s + 30, self.log_path)
+        stop = self.stop_argv(self._values)
+        if stop is not None:
+            _run_bounded(stop, config.stop_grace_s + STOP_COMMAND_EXTRA_S, self.log_path)
         if self._process is not None:
             self._process.stop(grace_s=config.stop_grace_s)
             self._process = None
@@ -275,13 +282,13 @@ class TrialServer:
 
     def _wait_free(self) -> None:
         """Poll the wait_free command until it succeeds (e.g. until GPU memory is released)."""
-        assert self.config.wait_free is not None
-        argv = render_command(self.config.wait_free, self._values)
+        argv = self.wait_free_argv(self._values)
+        assert argv is not None
         deadline = time.monotonic() + self.config.ready_timeout_s
         while time.monotonic() < deadline:
             if _run_bounded(argv, 60, self.log_path) == 0:
                 return
-            time.sleep(2)
+            time.sleep(WAIT_FREE_EVERY_S)
         raise ReadyTimeoutError(
             f"server.wait_free did not succeed within {self.config.ready_timeout_s:.0f} s; the next start could fail."
         )

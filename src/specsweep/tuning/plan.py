@@ -13,6 +13,7 @@ from pathlib import Path
 
 from specsweep.config import StudyConfig
 from specsweep.engines.registry import engine_info
+from specsweep.runtime.server_plan import PlannedStop, planned_command, planned_stop, planned_words
 from specsweep.runtime.trial_server import TrialServer, read_help_flags
 from specsweep.tuning.space import build_space, check_space, check_spec_args
 from specsweep.tuning.storage import check_storage_url
@@ -22,10 +23,13 @@ from specsweep.workload import load_workload, too_small
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlannedConfiguration:
-    """One configuration of the space and the command its server would be started with."""
+    """One configuration of the space, the command its server would be started with and how it
+    would be stopped."""
 
     configuration: Configuration
-    command: str
+    command: str  # the start command as one line (attach mode: the flags to restart with by hand)
+    words: tuple[str, ...]  # the start command's words, each shell-quoted: " ".join(words) == command (attach: ())
+    stop: PlannedStop
     first: bool  # measured first, before the search chooses: speculation off and the baseline
 
 
@@ -80,7 +84,9 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     configurations = [
         PlannedConfiguration(
             configuration=c,
-            command=server.planned_command(c.spec, trial=trial),
+            command=planned_command(server, c.spec, trial=trial),
+            words=planned_words(server, c.spec, trial=trial),
+            stop=planned_stop(server, c.spec, trial=trial),
             first=c.spec is None or c == baseline,
         )
         for trial, c in enumerate(space.configurations())

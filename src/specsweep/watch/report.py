@@ -31,14 +31,20 @@ def span_text(report: WindowReport, *, with_date: bool = False) -> str:
 
 
 def concurrency_text(report: WindowReport, *, top: int = 3) -> str:
-    """'3 (92%), 2 (6%), idle 2%': the batch sizes that held longest."""
+    """'running 3 (92%), 2 (6%), idle 2%': the batch sizes that held longest (the running-requests
+    gauge's samples)."""
     shares = report.window.concurrency_shares()
     if not shares:
         return "concurrency not published"
     busy = sorted(((b, s) for b, s in shares.items() if b > 0), key=lambda bs: -bs[1])[:top]
-    text = ", ".join(f"{b} ({100 * s:.0f}%)" for b, s in busy) or "none running"
+    if not busy:
+        return "idle at every read"
     idle = shares.get(0, 0.0)
-    return f"running {text}" + (f", idle {100 * idle:.0f}%" if idle >= 0.005 else "")
+    return (
+        "running "
+        + ", ".join(f"{b} ({100 * s:.0f}%)" for b, s in busy)
+        + (f", idle {100 * idle:.0f}%" if idle >= 0.005 else "")
+    )
 
 
 def acceptance_text(report: WindowReport) -> str:

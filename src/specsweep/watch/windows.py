@@ -165,8 +165,14 @@ def window_report(
     try:
         if parts:
             usable = [(p.window.duration_s, p.prediction) for p in parts if p.prediction is not None]
-            if not usable:
-                return replace(empty, notes=tuple(notes))
+            if not usable:  # say why the windows had none (they said it each: the gauge, say)
+                why = dict.fromkeys(
+                    "no window had a prediction: " + n.removeprefix("no prediction: ")
+                    for p in parts
+                    for n in p.notes
+                    if n.startswith("no prediction: ")
+                )
+                return replace(empty, notes=(*notes, *why))
         else:
             prediction = _predict(window, acceptance, settings, rig, drafter)
             usable = [(window.duration_s, prediction)]
@@ -193,7 +199,7 @@ def _predict(
     sets = max(window.label_sets, 1)
     weights = {b: s / observed * sets for b, s in window.concurrency_s.items() if b >= 1} if observed else {}
     if not weights:
-        raise FitError("the running-requests gauge never showed a running request: no concurrency to weigh by")
+        raise FitError(no_concurrency_reason(window, settings.names))
     completion = window.mean_completion_tokens or _rig_completion_tokens(rig)
     running = Candidate(drafter=drafter, num_speculative_tokens=acceptance.running_k)
     share = None
@@ -203,6 +209,18 @@ def _predict(
         rig, drafter, acceptance.fit, weights=weights, completion_tokens=completion, running=running,
         draft_share=share, k_max=acceptance.fit.k_max, draws=settings.draws, seed=settings.seed,
     )  # fmt: skip
+
+
+def no_concurrency_reason(window: ServedWindow, names: SeriesNames) -> str:
+    """Why a window has no concurrency to weigh the rig's rates by, though the server generated tokens
+    (its rate comes from the generation counter, its concurrency from the running-requests gauge)."""
+    if not window.observed_s:
+        gauge = f" ({names.running})" if names.running else ""
+        return f"the server publishes no running-requests gauge{gauge}: no concurrency to weigh by"
+    return (
+        "the running-requests gauge read 0 at every read, though the server generated tokens: its requests "
+        "ran between reads; read more often (--interval, or Prometheus's scrape interval)"
+    )
 
 
 def _rig_completion_tokens(rig: Rig) -> float:
