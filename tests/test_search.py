@@ -262,12 +262,14 @@ def test_leaders_within_the_tolerance_are_never_separated() -> None:
     steady = replace(SETTINGS, noise_prior=RunNoisePrior(relative_sd=0.01, df=20, source="a steady engine"))
     loose = decide_next(trials, SPACE, steady)
     assert loose.phase == "stop", loose.reason
-    assert "k=3 probabilistic" in loose.ties[0] and "k=4 probabilistic" in loose.ties[0]
-    assert loose.ties[0].endswith("either is fine") or "a start of it is expected to buy 0.0" in loose.ties[0]
+    first = loose.ties[0].line
+    assert "k=3 probabilistic" in first and "k=4 probabilistic" in first
+    assert first.endswith("either is fine") or "a start of it is expected to buy 0.0" in first
+    assert all(len("leaders: " + tie.short) <= 100 for tie in loose.ties)  # the console's one line
     strict = decide_next(trials, SPACE, replace(steady, tolerance=0.001))
-    assert not any("either is fine" in tie for tie in strict.ties)
+    assert not any("either is fine" in tie.line for tie in strict.ties)
     # What it says instead: how much faster the rival could be, how likely, and what a start buys.
-    rivals = [tie for tie in strict.ties if " could be up to " in tie]
+    rivals = [tie.line for tie in strict.ties if " could be up to " in tie.line]
     said = r"\(95% upper end; (<1|\d+)% likely to be more than 0\.1% faster\); a start of it is expected to buy"
     assert rivals and all(re.search(said, tie) for tie in rivals), rivals
 
