@@ -75,7 +75,7 @@ def print_stop(
     out.print(f"\n[bold]stopped:[/bold] {reason}{tail}")
     if spent is not None and spent.starts:
         took = minutes(spent.boot_s + spent.measure_s)
-        line = f"time: {took}, {spent.starts} starts ({minutes(spent.boot_s)} booting)"
+        line = f"time: {took}, {spent.starts} start{'' if spent.starts == 1 else 's'} ({minutes(spent.boot_s)} booting)"
         if spent.grid_s is not None:
             line += f"; a grid of {spent.grid_configurations}: about {minutes(spent.grid_s)}"
         if verbose:
