@@ -354,7 +354,7 @@ def test_model_study_on_the_emulator_finds_the_true_best_with_fewer_starts_than_
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert "11 configurations" in out
-    stop = re.search(r"stopped: (.+) \((\d+) server starts this run\)", out)
+    stop = re.search(r"stopped: (.+?) \((\d+) server starts this run\)", out, re.DOTALL)  # --verbose: in full
     assert stop and ("no start is worth its time" in stop.group(1) or "tolerance" in stop.group(1)), out
     starts = int(stop.group(2))
     assert starts <= 7
