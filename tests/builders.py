@@ -154,9 +154,10 @@ def picks_of(stdout: str) -> dict[tuple[str, int], str]:
     workload = re.search(r"picks for (\S+) ", lines[head - 1])
     picks = {}
     for line in lines[head + 2 :]:
-        if not line.strip():
+        parts = re.split(r"\s{2,}", line.strip())
+        if len(parts) < 3:  # the table ends (a blank line, or --verbose's reasons)
             break
-        cell, pick = re.split(r"\s{2,}", line.strip())[:2]
+        cell, pick = parts[:2]
         if workload is not None:
             picks[(workload.group(1), int(cell))] = pick
         else:

@@ -106,7 +106,7 @@ def test_a_study_that_measured_only_speculation_off_says_what_to_run(tmp_path: P
     assert result.returncode == 0, result.stderr
     assert "turn speculation off" not in result.stdout and "+0.0%" not in result.stdout
     assert "no recommendation: study lonely has measured only speculation off" in result.stdout
-    assert "specsweep study --resume --study-name lonely" in result.stdout
+    assert "specsweep study --resume --study-name lonely" in " ".join(result.stdout.split())  # wrapped at 80
     assert "specsweep report" not in result.stdout  # it has nothing to report yet
     for command in ("report", "recommend"):
         error = one_error_line(specsweep(command, "studies/lonely", cwd=tmp_path))
@@ -165,7 +165,9 @@ def test_a_server_whose_readiness_path_is_not_found_fails_fast_and_names_the_key
     started = time.monotonic()
     result = specsweep("study", "--config", "web.toml", cwd=tmp_path)
     assert time.monotonic() - started < 120  # not the 600 s ready timeout
-    failed = [line for line in result.stdout.splitlines() if "failed:" in line]
+    # the trial's row, its reason wrapped at the console's width
+    failed = [row for row in result.stdout.split("\n\n") if "failed:" in row]
+    failed = [" ".join(row.split()) for row in failed]
     assert len(failed) == 1 and "/health answered HTTP 404" in failed[0], result.stdout
     assert "set server.ready_path" in failed[0] and "raise the ready timeout" not in failed[0]
     error = one_error_line(result)  # nothing was measured: exit 1, one line with the trial's reason

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.markup import escape
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -107,7 +108,7 @@ class TrialRows:
     def other(self, trial: int, label: str, said: str) -> None:
         """A trial with no rates: failed, reused, measured by another worker."""
         self.header()
-        self.out.print(f"{trial:>5}  {label:<{self.label_width}}  {said}", markup=False)
+        self.out.print(f"{trial:>5}  {label:<{self.label_width}}  {said}")
 
 
 class StudyProgress:
@@ -210,7 +211,7 @@ class StudyProgress:
                     self.out.print(f"          boot {minutes(done.boot_s)}, measuring {minutes(done.measure_s)}")
                 self.doing, self.bar, self.rate = "", None, ""
             case TrialFailed(trial=trial, reason=reason):
-                self.rows.other(trial, self.labels.get(trial, ""), f"[red]failed[/red]: {reason}")
+                self.rows.other(trial, self.labels.get(trial, ""), f"[red]failed[/red]: {escape(reason)}")
             case TrialReused(trial=trial, source=source):
                 self.rows.other(trial, self.labels.get(trial, ""), f"same server as trial {source}: reused, no start")
             case MeasuredElsewhere(trial=trial, source=source, worker=worker):
