@@ -8,6 +8,7 @@ tables. ``write_study`` writes one as a TOML file, for tests that run the comman
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -144,3 +145,22 @@ def specsweep(
         timeout=timeout,
         check=False,
     )
+
+
+def picks_of(stdout: str) -> dict[tuple[str, int], str]:
+    """The picks table `study` prints: (workload, concurrency) -> the pick's short label."""
+    lines = stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if re.match(r"\s*(concurrency|cell)\s+pick\s", line))
+    workload = re.search(r"picks for (\S+) ", lines[head - 1])
+    picks = {}
+    for line in lines[head + 2 :]:
+        parts = re.split(r"\s{2,}", line.strip())
+        if len(parts) < 3:  # the table ends (a blank line, or --verbose's reasons)
+            break
+        cell, pick = parts[:2]
+        if workload is not None:
+            picks[(workload.group(1), int(cell))] = pick
+        else:
+            name, level = cell.rsplit(" at ", 1)
+            picks[(name, int(level))] = pick
+    return picks

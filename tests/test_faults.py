@@ -189,7 +189,7 @@ def start_and_stop_mid_trial(
     )  # fmt: skip
     assert process.stdout is not None
     for line in process.stdout:
-        if line.startswith("trial   0"):
+        if line.startswith("    0  "):  # trial 0's row
             break
     deadline = time.monotonic() + 30
     while not emulator_processes(marker) and time.monotonic() < deadline:

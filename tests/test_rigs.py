@@ -251,7 +251,7 @@ def prose_rig(tmp_path_factory) -> Path:
     write_study(folder / "prose.toml", rig_study("prose", "prose", requests=10, startup_s=5))
     result = specsweep("study", "--config", "prose.toml", cwd=folder)
     assert result.returncode == 0, result.stderr
-    assert "rig (step cost per k and concurrency" in result.stdout
+    assert "(step cost per k and concurrency)" in result.stdout
     return folder / "studies" / "prose" / "rig.json"
 
 

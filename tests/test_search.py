@@ -29,7 +29,7 @@ from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
 from specsweep.types import OFF_KEY, Configuration, RequestRecord, RunNoisePrior, StudySettings
 
-from .builders import emulator_study, specsweep, write_study
+from .builders import emulator_study, picks_of, specsweep, write_study
 from .test_study import true_best
 
 # The user report's dense technical curve (docs/math.md#worked-numbers), and a step time T = T0 (1 + c k).
@@ -262,12 +262,14 @@ def test_leaders_within_the_tolerance_are_never_separated() -> None:
     steady = replace(SETTINGS, noise_prior=RunNoisePrior(relative_sd=0.01, df=20, source="a steady engine"))
     loose = decide_next(trials, SPACE, steady)
     assert loose.phase == "stop", loose.reason
-    assert "k=3 probabilistic" in loose.ties[0] and "k=4 probabilistic" in loose.ties[0]
-    assert loose.ties[0].endswith("either is fine") or "a start of it is expected to buy 0.0" in loose.ties[0]
+    first = loose.ties[0].line
+    assert "k=3 probabilistic" in first and "k=4 probabilistic" in first
+    assert first.endswith("either is fine") or "a start of it is expected to buy 0.0" in first
+    assert all(len("leaders: " + tie.short) <= 100 for tie in loose.ties)  # the console's one line
     strict = decide_next(trials, SPACE, replace(steady, tolerance=0.001))
-    assert not any("either is fine" in tie for tie in strict.ties)
+    assert not any("either is fine" in tie.line for tie in strict.ties)
     # What it says instead: how much faster the rival could be, how likely, and what a start buys.
-    rivals = [tie for tie in strict.ties if " could be up to " in tie]
+    rivals = [tie.line for tie in strict.ties if " could be up to " in tie.line]
     said = r"\(95% upper end; (<1|\d+)% likely to be more than 0\.1% faster\); a start of it is expected to buy"
     assert rivals and all(re.search(said, tie) for tie in rivals), rivals
 
@@ -348,17 +350,17 @@ def test_model_study_on_the_emulator_finds_the_true_best_with_fewer_starts_than_
             temperature=0.6, study={"sampler": "model"}, server={"ready_timeout_s": 60},
         ),
     )  # fmt: skip
-    result = specsweep("study", "--config", str(config_file), cwd=tmp_path)
+    result = specsweep("study", "--config", str(config_file), "--verbose", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    assert "sampler model" in out and "11 distinct configurations" in out
-    stop = re.search(r"stopped: (.+) \((\d+) server starts this run\)", out)
+    assert "11 configurations" in out
+    stop = re.search(r"stopped: (.+?) \((\d+) server starts this run\)", out, re.DOTALL)  # --verbose: in full
     assert stop and ("no start is worth its time" in stop.group(1) or "tolerance" in stop.group(1)), out
     starts = int(stop.group(2))
     assert starts <= 7
     lefts = [int(m) for m in re.findall(r"start \d+ of at most (\d+)[;,]", out)]
     assert lefts == [11] * starts, out
-    match = re.search(r"prose at concurrency 1: k=(\d+) dspark \((\w+)\), ", out)  # the recommendation
+    match = re.fullmatch(r"k=(\d+) (\w+)", picks_of(out)[("prose", 1)])  # the recommendation
     assert match, out
     assert (int(match.group(1)), match.group(2)) == true_best("prose", 1, 5), out
     snippet = re.search(r"--speculative-config '(.+)'", out)

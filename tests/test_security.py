@@ -126,7 +126,7 @@ max_tokens = 30
 
     result = study(key)
     assert result.returncode == 0, result.stderr
-    assert "recommended" in result.stdout  # the emulator (VLLM_API_KEY set) refuses requests without the key
+    assert "picks for " in result.stdout  # the emulator (VLLM_API_KEY set) refuses requests without the key
     assert key not in result.stdout + result.stderr
     folder = tmp_path / "studies" / "keyed"
     files = [p for p in folder.rglob("*") if p.is_file()]

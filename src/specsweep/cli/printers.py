@@ -5,33 +5,16 @@ Rates are aggregate output tok/s, client side, unless a line says otherwise.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
-from rich.status import Status
 
 from specsweep.analysis.drafters import candidate_of, configuration_label
 from specsweep.analysis.study import StudyAnalysis
 from specsweep.report.study_report import baseline_name, recommendation_summary, snippet_for, snippet_heading
-from specsweep.runtime.measure import LevelResult, LevelStarted, Measurement, RequestDone, WarmingUp
-from specsweep.tuning.events import (
-    MeasuredElsewhere,
-    Note,
-    Planned,
-    StartsLeft,
-    StudyEvent,
-    TrialDone,
-    TrialFailed,
-    TrialProgress,
-    TrialReady,
-    TrialReused,
-    TrialStarting,
-    Waiting,
-)
+from specsweep.runtime.measure import LevelResult, Measurement
 from specsweep.tuning.stored import pick_best
-from specsweep.tuning.study_time import StudyTime
 from specsweep.types import ClockName, MeasuredConfig, StudySettings
 
 
@@ -140,58 +123,6 @@ def _print_level(out: Console, level: LevelResult, *, clock: ClockName = "wall c
         out.print(f"  [yellow]note:[/yellow] {note}")
 
 
-class StudyProgress:
-    """One line per trial; a transient status line with the phase and live tok/s on a terminal."""
-
-    def __init__(self, out: Console, status: Status) -> None:
-        self.out = out
-        self.status = status
-        self.level_started = 0.0
-        self.level_tokens = 0
-
-    def __call__(self, event: StudyEvent) -> None:
-        out, status = self.out, self.status
-        match event:
-            case Note(text=text):
-                out.print(f"note: {text}")
-            case TrialStarting(trial=trial, configuration=configuration):
-                status.update(f"trial {trial}: starting the server ({configuration_label(configuration, short=True)})")
-            case TrialReady(trial=trial, startup_s=startup_s):
-                status.update(f"trial {trial}: server ready after {startup_s:.1f} s")
-            case TrialProgress(trial=trial, workload=workload, event=WarmingUp(concurrency=level)):
-                status.update(f"trial {trial}: {workload} warming up at concurrency {level}")
-            case TrialProgress(event=LevelStarted()):
-                self.level_started, self.level_tokens = time.monotonic(), 0
-            case TrialProgress(trial=trial, workload=workload, event=RequestDone(concurrency=level, record=record)):
-                self.level_tokens += record.completion_tokens or 0
-                elapsed = time.monotonic() - self.level_started
-                live = f", {self.level_tokens / elapsed:,.0f} tok/s wall clock" if elapsed > 0 else ""
-                status.update(f"trial {trial}: {workload} measuring concurrency {level}{live}")
-            case TrialDone(trial=trial, results=results, boot_s=boot_s, measure_s=measure_s) as done:
-                rates = "; ".join(
-                    f"{w} " + ", ".join(f"{row.output_tokens_per_s:.1f} at {b}" for b, row in levels.items())
-                    for w, levels in results.items()
-                )
-                took = ""
-                if boot_s is not None and measure_s is not None:
-                    unit = " modelled" if done.modelled else ""
-                    took = f"  (boot {_minutes(boot_s)}, measuring {_minutes(measure_s)}{unit})"
-                label = configuration_label(done.configuration, short=True)
-                out.print(f"trial {trial:3d}  {label:22s} {rates} tok/s{took}")
-            case Planned(phase=phase, reason=reason, configuration=configuration) if configuration is not None:
-                out.print(f"          next: {phase}: {reason}")
-            case StartsLeft() as left:
-                out.print(f"          {left_line(left)}")
-            case TrialFailed(trial=trial, reason=reason):
-                out.print(f"trial {trial:3d}  [red]failed[/red]: {reason}")
-            case TrialReused(trial=trial, source=source):
-                out.print(f"trial {trial:3d}  same server as trial {source}: result reused, no start")
-            case MeasuredElsewhere(trial=trial, source=source, worker=worker):
-                out.print(f"trial {trial:3d}  worker {worker} measures this configuration (trial {source})")
-            case Waiting(trials=trials):
-                status.update(f"other workers measure the rest (trials {list(trials)}): waiting for them")
-
-
 def print_best_measured(out: Console, configs: Sequence[MeasuredConfig], settings: StudySettings) -> None:
     """The best measured configuration per workload and concurrency, with its gains."""
     out.print(
@@ -219,55 +150,3 @@ def print_best_measured(out: Console, configs: Sequence[MeasuredConfig], setting
 
 def _no_reference(best: MeasuredConfig) -> str:
     return "nothing speculative measured here" if best.spec is None else "no reference measured"
-
-
-def print_boot(out: Console, best: MeasuredConfig, *, on_emulator: bool) -> None:
-    """What the best measured configuration's server said at boot."""
-    boot = best.boot
-    facts = []
-    if best.startup_s is not None:
-        facts.append(f"started in {best.startup_s:.1f} s" + (" (wall clock, time-scaled)" if on_emulator else ""))
-    if boot.kv_cache_tokens:
-        facts.append(f"KV cache {boot.kv_cache_tokens:,} tokens")
-    if boot.max_concurrency:
-        facts.append(f"max concurrency {boot.max_concurrency:.2f}x")
-    if boot.memory_suggestions and boot.binding_memory_suggestion is not None:
-        shown = ", ".join(f"{x:.4f}" for x in boot.memory_suggestions)
-        facts.append(
-            f"--gpu-memory-utilization suggestions per rank {shown} (the pool is the minimum over ranks: "
-            f"use the largest, {boot.binding_memory_suggestion:.4f})"
-        )
-    if boot.fp8_default_kernel_warning:
-        facts.append("the log warns that the default FP8 kernel config is used (a tuned one may be faster)")
-    if facts:
-        out.print(f"boot of trial {best.trial}: " + "; ".join(facts))
-
-
-def left_line(left: StartsLeft) -> str:
-    """What is left of the study: "start 4 of at most 11, about 6 expected; about 12.4 min left (modelled)"."""
-    line = f"start {left.starts + 1} of at most {left.cap}"
-    unit = " (modelled)" if left.modelled else ""
-    if left.expected is not None and left.left_s is not None:
-        return line + f", about {left.expected} expected; about {_minutes(left.left_s)} left{unit}"
-    if left.start_s is not None:
-        return line + f"; a start takes about {_minutes(left.start_s)}{unit}"
-    return line + "; time left: known once a start is timed"
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
-
-
-def print_study_time(out: Console, spent: StudyTime) -> None:
-    """Where the run's time went, and what the grid would have cost on the same rig."""
-    unit = " (modelled)" if spent.modelled else ""
-    line = (
-        f"time: {spent.starts} server starts; booting {_minutes(spent.boot_s)}, measuring "
-        f"{_minutes(spent.measure_s)}{unit}; idle {_minutes(spent.idle_s)} (wall clock)"
-    )
-    if spent.grid_s is not None:
-        line += (
-            f"; a full grid of {spent.grid_configurations} configurations at {spent.grid_requests} requests per "
-            f"level would take about {_minutes(spent.grid_s)}{unit}"
-        )
-    out.print(line)

@@ -10,16 +10,20 @@ import optuna
 import typer
 from rich.console import Console
 
+from specsweep.analysis.drafters import configuration_label
 from specsweep.cli.options import check_finite, check_levels
 from specsweep.cli.plan_printer import print_plan
-from specsweep.cli.printers import (
-    StudyProgress,
-    print_analysis,
-    print_best_measured,
-    print_boot,
-    print_study_time,
-)
+from specsweep.cli.printers import print_best_measured
 from specsweep.cli.rig_printers import print_rig_study
+from specsweep.cli.study_printers import (
+    print_boot,
+    print_header,
+    print_paste,
+    print_picks,
+    print_stop,
+    study_console,
+)
+from specsweep.cli.study_progress import StudyProgress, TrialRows
 from specsweep.config import (
     EmulatorServer,
     MeasureConfig,
@@ -44,7 +48,7 @@ from specsweep.tuning.storage import default_worker, is_shared, redact_password
 from specsweep.tuning.stored import analyze_stored_study, best_overall, nothing_to_compare
 from specsweep.tuning.study import StudyOutcome, StudyRunner
 from specsweep.tuning.study_settings import read_study_settings
-from specsweep.tuning.study_store import check_resumable, check_study_free, study_exists, study_paths
+from specsweep.tuning.study_store import StudyPaths, check_resumable, check_study_free, study_exists, study_paths
 
 # The default study: the emulator's default profile (the DGX Spark field report), the report's
 # current configuration as the baseline, draft lengths 1 to 5 with both draft methods at the
@@ -153,6 +157,12 @@ def study(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the plan and every configuration's server command; start nothing."
     ),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        help="Also print what the search said before each start, the best measured configurations, why each pick "
+        "won, and the stop, leaders and boot lines in full.",
+    ),
 ) -> None:
     """Tune draft length and draft sampling: start the server once per configuration, measure, recommend.
 
@@ -185,57 +195,68 @@ def study(
         if max_tokens is None:
             raise
         raise typer.BadParameter(str(exc)) from None  # a usage error: click adds the command's usage line
-    out = Console(soft_wrap=True)
     if dry_run:
-        print_plan(out, plan_study(chosen))
+        print_plan(Console(soft_wrap=True), plan_study(chosen))
         return
+    out = study_console()
     paths = study_paths(chosen, studies_dir, storage)
     shared = is_shared(paths.storage)
     worker = worker or default_worker()
     check_study_free(chosen.name, paths, worker)  # another live run on it: one line, nothing changed
+    continuing = ""
     if config is None and not resume and not shared and study_exists(chosen.name, paths.storage):
         # The built-in demo picks up where it left off instead of refusing to run twice.
-        where = redact_password(paths.storage)
-        out.print(f"study {chosen.name} exists in {where}: continuing it (--study-name NAME starts afresh)")
+        continuing = "continuing the stored study (--study-name NAME starts afresh)"
         resume = True
     if resume and not shared:
         check_resumable(chosen.name, paths, studies_dir)  # before anything is created
-    on_emulator = chosen.server.engine == "emulator"
-    if on_emulator:
-        out.print(
-            f"[bold yellow]Running on the built-in emulator[/bold yellow] ({chosen.server.emulator.describe()}): "
-            "figures are modelled, not your hardware's. "
-            "Point --config at a study file to tune a real server."
-        )
-    status = out.status("opening the study")
+    rows = TrialRows(out, workloads=list(chosen.workloads), levels=chosen.measure.concurrency, labels=())
+    progress = StudyProgress(out, rows, verbose=verbose)
     if rig is not None:
         loaded = load_rig(rig)
-        with status:
-            result = run_rig_study(
-                chosen, paths, loaded, check=check, resume=resume, on_event=StudyProgress(out, status), worker=worker
-            )
+        with progress:
+            result = run_rig_study(chosen, paths, loaded, check=check, resume=resume, on_event=progress, worker=worker)
         print_rig_study(out, result, rig)
         return
-    runner = StudyRunner(chosen, paths, resume=resume, on_event=StudyProgress(out, status), worker=worker)
-    out.print(
-        f"study [bold]{chosen.name}[/bold]: {runner.space.size()} distinct configurations, sampler {chosen.sampler}, "
-        f"workloads {', '.join(chosen.workloads)}, concurrency {list(chosen.measure.concurrency)}, "
-        f"temperature {chosen.measure.temperature:g}; storage {redact_password(paths.storage)}"
-        + (f"; worker {worker}, {len(runner.study.trials)} trials in the study so far" if shared else "")
-    )
-    with status:
+    runner = StudyRunner(chosen, paths, resume=resume, on_event=progress, worker=worker)
+    progress.rows = trial_rows(out, chosen, runner)
+    print_header(
+        out, chosen, size=runner.space.size(), storage=redact_password(paths.storage), built_in=config is None,
+        extra=f"; worker {worker}, {len(runner.study.trials)} trials in the study so far" if shared else "",
+    )  # fmt: skip
+    if continuing:
+        out.print(continuing)
+    with progress:
         outcome = runner.run(max_trials=trials)
-    out.print(f"\nstopped: {outcome.stop_reason} ({outcome.starts} server starts this run)")
-    for tie in outcome.ties:
-        out.print(f"  leaders: {tie}")
-    if outcome.time is not None:
-        print_study_time(out, outcome.time)
-    reported = _print_results(out, outcome.study, on_emulator=on_emulator)
-    if not measured_configs(outcome.study):  # a study that measured nothing is a failure, and says why
-        raise SpecsweepError(f"study {chosen.name} measured no configuration: {outcome.stop_reason}")
-    _write_rig(out, outcome, chosen, paths.folder)
+    print_outcome(out, outcome, chosen, paths, verbose=verbose)
+
+
+def trial_rows(out: Console, config: StudyConfig, runner: StudyRunner) -> TrialRows:
+    """The rows a run prints, aligned for its space's labels; speculation off's rates measured by an
+    earlier run are what its rows are compared with."""
+    levels = config.measure.concurrency
+    labels = [configuration_label(c, short=True) for c in runner.space.configurations()]
+    off = {}
+    for measured in measured_configs(runner.study):
+        if measured.spec is None:
+            off.update({(w, b): r for w in config.workloads for b in levels if (r := measured.rate(w, b))})
+    return TrialRows(out, workloads=list(config.workloads), levels=levels, labels=labels, off=off)
+
+
+def print_outcome(
+    out: Console, outcome: StudyOutcome, config: StudyConfig, paths: StudyPaths, *, verbose: bool
+) -> None:
+    """After the run: why it stopped, its time and leaders, the rig file, the boot, the picks, the paste
+    and where the report is; a study that measured nothing is a failure, and says why."""
+    print_stop(out, outcome.stop_reason, outcome.starts, outcome.time, outcome.ties, verbose=verbose)
+    on_emulator = config.server.engine == "emulator"
+    if not measured_configs(outcome.study):
+        _print_results(out, outcome.study, on_emulator=on_emulator, verbose=verbose)
+        raise SpecsweepError(f"study {config.name} measured no configuration: {outcome.stop_reason}")
+    _write_rig(out, outcome, config, paths.folder)
+    reported = _print_results(out, outcome.study, on_emulator=on_emulator, verbose=verbose)
     if reported and paths.storage.startswith("sqlite:///"):
-        out.print(f"figures, tables and fits: specsweep report {paths.folder}")
+        out.print(f"\nfigures, tables and fits: specsweep report {paths.folder}")
 
 
 def override_measure(
@@ -295,20 +316,23 @@ def refuse_what_no_server_answers(config: StudyConfig, *, key: str = "measure.ma
         )
 
 
-def _print_results(out: Console, study: optuna.Study, *, on_emulator: bool) -> bool:
-    """Best measured configuration per workload and concurrency, the recommendation and its snippet;
-    False when the study holds too little to report on."""
+def _print_results(out: Console, study: optuna.Study, *, on_emulator: bool, verbose: bool = False) -> bool:
+    """The best measured configuration's boot, the picks per workload and concurrency and the paste
+    (``verbose``: the best measured configurations too); False when the study holds too little to report on."""
     configs = measured_configs(study)
     if not configs:
         out.print("[red]no configuration was measured successfully; see the trial logs in the study folder.[/red]")
         return False
     settings = read_study_settings(study, configs)
-    print_best_measured(out, configs, settings)
+    best = best_overall(configs)
+    if best is not None:
+        print_boot(out, best, on_emulator=on_emulator, verbose=verbose)
+    if verbose:
+        print_best_measured(out, configs, settings)
     too_little = nothing_to_compare(configs, study)
     if too_little is not None:
         out.print(f"\n[yellow]no recommendation[/yellow]: {too_little}")
         return False
-    best = best_overall(configs)
     if best is None:
         out.print("[red]no configuration met the objective's constraints.[/red]")
         return True
@@ -317,10 +341,10 @@ def _print_results(out: Console, study: optuna.Study, *, on_emulator: bool) -> b
         stored = analyze_stored_study(study, configs=configs, settings=settings)
     except FitError as exc:
         out.print(f"\n[yellow]no model-based recommendation ({exc}); the best measured configuration:[/yellow]")
-        out.print(render_snippet(best.spec, fmt), highlight=False, markup=False)
+        out.print(render_snippet(best.spec, fmt), soft_wrap=True, highlight=False, markup=False)
     else:
-        print_analysis(out, stored.analysis, fmt, settings=stored.settings)
-    print_boot(out, best, on_emulator=on_emulator)
+        print_picks(out, stored.analysis, verbose=verbose)
+        print_paste(out, stored.analysis, fmt, settings=stored.settings)
     return True
 
 
@@ -332,4 +356,4 @@ def _write_rig(out: Console, outcome: StudyOutcome, config: StudyConfig, folder:
         out.print(f"no rig file: {exc}")
         return
     write_rig(folder / RIG_FILE, built)
-    out.print(f"rig (step cost per k and concurrency, no workload in it): {folder / RIG_FILE}")
+    out.print(f"rig: {folder / RIG_FILE} (step cost per k and concurrency)", highlight=False)

@@ -6,6 +6,7 @@ faster). The decisions themselves: tuning/strategy.py; the numbers: analysis/val
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from specsweep.analysis.drafters import Candidate
 from specsweep.analysis.value import CellBelief, StartValue, cell_loss, could_be_faster, within_tolerance
@@ -31,7 +32,19 @@ def chance(p: float) -> str:
     return "<1%" if 0 < p < 0.005 else f"{100 * p:.0f}%"
 
 
-def ties(cells: Sequence[CellBelief], tolerance: float, values: Mapping[Candidate, StartValue]) -> tuple[str, ...]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Leaders:
+    """What a stop says of one cell's leaders: ``short`` fits the console's one line, ``line`` says
+    it in full (how far at the 95% upper end, how likely, what a start of it would buy)."""
+
+    short: str
+    line: str
+
+    def __str__(self) -> str:
+        return self.line
+
+
+def ties(cells: Sequence[CellBelief], tolerance: float, values: Mapping[Candidate, StartValue]) -> tuple[Leaders, ...]:
     """Per cell: measured rivals no more than the tolerance apart from the pick (either is fine),
     and rivals that could be more than the tolerance faster, with what a start of each would buy."""
     out = []
@@ -40,18 +53,25 @@ def ties(cells: Sequence[CellBelief], tolerance: float, values: Mapping[Candidat
         if pick is None:
             continue
         where = f"{cell.workload} at concurrency {cell.concurrency}"
+        short_where = f"{cell.workload} at {cell.concurrency}"
         rivals = within_tolerance(cell, pick, tolerance)
         if rivals:
             names = ", ".join(c.short_label for c in rivals)
-            out.append(
-                f"{where}: {pick.short_label} and {names} are within {100 * tolerance:g}% of each other: either is fine"
-            )
+            said = f"{pick.short_label} and {names} are within {100 * tolerance:g}% of each other: either is fine"
+            short = f"{short_where}: {pick.short_label}, {names} within {100 * tolerance:g}%: either is fine"
+            out.append(Leaders(short=short, line=f"{where}: {said}"))
         for rival in could_be_faster(cell, pick, tolerance)[:2]:
             value = values.get(rival.candidate)
             buys = f"; a start of it is expected to buy {100 * value.share:.2f}%" if value is not None else ""
+            faster = (
+                f"{rival.candidate.short_label} could be up to {100 * rival.most:.1f}% faster than {pick.short_label}"
+            )
+            likely = f"{chance(rival.chance)} likely to be more than {100 * tolerance:g}% faster"
             out.append(
-                f"{where}: {rival.candidate.short_label} could be up to {100 * rival.most:.1f}% faster than "
-                f"{pick.short_label} (95% upper end; {chance(rival.chance)} likely to be more than "
-                f"{100 * tolerance:g}% faster){buys}"
+                Leaders(
+                    short=f"{short_where}: {rival.candidate.short_label} up to {100 * rival.most:.1f}% faster "
+                    f"({chance(rival.chance)} likely >{100 * tolerance:g}%)",
+                    line=f"{where}: {faster} (95% upper end; {likely}){buys}",
+                )
             )
     return tuple(out)

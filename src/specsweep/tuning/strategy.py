@@ -50,7 +50,7 @@ from specsweep.analysis.value import (
 from specsweep.tuning.beliefs import cell_beliefs, model_search
 from specsweep.tuning.budget import Budget, minutes, start_budget
 from specsweep.tuning.records import TrialRecord
-from specsweep.tuning.search_words import buy, buy_reason, ties
+from specsweep.tuning.search_words import Leaders, buy, buy_reason, ties
 from specsweep.tuning.space import Space
 from specsweep.types import OFF_KEY, Configuration, StudySettings
 
@@ -85,7 +85,7 @@ class SearchDecision:
     price_share: float | None = None  # what a start had to buy to be worth its cost, as a share of the cells' rate
     noise: Mapping[str, RunNoise] | None = None  # per workload
     models: Mapping[str, WorkloadModel] | None = None  # what the decision was made on
-    ties: tuple[str, ...] = ()  # at a stop: leaders within the tolerance of each other
+    ties: tuple[Leaders, ...] = ()  # at a stop: leaders within the tolerance of each other
     picks: Mapping[tuple[str, int], Candidate] | None = None  # per cell, what the study would paste now
 
 

@@ -45,6 +45,7 @@ from specsweep.tuning.interrupts import (
     stopped_by_user,
 )
 from specsweep.tuning.records import TrialOutcome
+from specsweep.tuning.search_words import Leaders
 from specsweep.tuning.space import (
     Space,
     build_space,
@@ -82,7 +83,7 @@ class StudyOutcome:
     stop_reason: str
     new_trials: int
     starts: int  # server starts this run
-    ties: tuple[str, ...] = ()  # leaders the search could not separate, and what would
+    ties: tuple[Leaders, ...] = ()  # leaders the search could not separate, and what would
     time: StudyTime | None = None  # where this run's time went
 
 
@@ -139,7 +140,7 @@ class StudyRunner:
         # the server's max_num_seqs and captured widths as a server of this study said them, if one
         # did (else after the first start that does)
         self.settings = with_server_facts(settings_of(config, self.space), self.study)
-        self.ties: tuple[str, ...] = ()  # leaders the search could not separate (said at its stop)
+        self.ties: tuple[Leaders, ...] = ()  # leaders the search could not separate (said at its stop)
         self._engine_version: str | None = None  # what the measured server said it is
         self._trial_wall_s = 0.0  # wall clock inside trials this run (the rest is idle)
         self._asked: set[int] = set()  # trials this runner asked for: an interrupt fails those still running
