@@ -288,7 +288,7 @@ stop = {json.dumps(stop)}
     )
     result = resume(tmp_path, config)
     assert result.returncode == 0, result.stderr
-    assert "ran its stop command (exit code 0)" in result.stdout
+    assert "ran its stop command (exit code 0)" in " ".join(result.stdout.split())  # notes wrap at the width
     assert emulator_processes(f"--seed {seed}") == []
     assert {t.user_attrs["key"] for t in load(tmp_path).trials if t.state == COMPLETE} == {"off", K2}
 
