@@ -96,4 +96,5 @@ def test_measure_whose_every_request_is_refused_exits_1_and_names_the_level_left
     one_line_failure(
         done, says=("every request at concurrency 1 failed: HTTP 400:", CONTEXT, "; concurrency 4 not measured")
     )
-    assert f"4 request(s) failed (HTTP 400 x4); the first: HTTP 400: This model's {CONTEXT}" in done.stdout
+    said = " ".join(done.stdout.split())  # as read: lines wrap at the console's width
+    assert f"4 request(s) failed (HTTP 400 x4); the first: HTTP 400: This model's {CONTEXT}" in said

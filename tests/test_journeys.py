@@ -228,11 +228,9 @@ def test_measure_on_the_emulator_prints_modelled_rates_as_the_study_does(start_e
         "--max-tokens", "200", "--temperature", "0.6", "--json", str(out),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert (
-        "the emulator runs 100 times faster; undone" in result.stdout
-        and "aggregate output, wall clock" not in result.stdout
-    )
-    assert "ITL is not measured on an emulator 100 times faster" in result.stdout and "ITL p50" not in result.stdout
+    said = " ".join(result.stdout.split())  # as read: lines wrap at the console's width
+    assert "the emulator runs 100 times faster; undone" in said and "aggregate output, wall clock" not in said
+    assert "ITL is not measured on an emulator 100 times faster" in said and "ITL p50" not in said
     truth = print_truth(
         "--speculative-config", PROBABILISTIC_K2, "--concurrency", "1", "--max-tokens", "200", "--temperature", "0.6"
     )["technical"]["levels"][0]["output_tokens_per_s"]
@@ -397,8 +395,14 @@ def rows_of(csv_path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def recommended_k(stdout: str) -> dict[int, str]:
-    return dict(re.findall(r"technical at concurrency (\d+): (k=\d+ \S+ \(\w+\)|speculation off),", stdout))
+def recommended_k(stdout: str) -> dict[str, str]:
+    """The report's picks table: concurrency -> the pick's short label."""
+    return {str(b): label for (_, b), label in picks_of(stdout).items()}
+
+
+def short_label(configuration: str) -> str:
+    """results.csv's "k=3 dspark (probabilistic)" as the picks table says it, "k=3 probabilistic"."""
+    return re.sub(r" \S+ \((\w+)\)", r" \1", configuration)
 
 
 def test_the_report_keeps_latency_per_configuration_and_level_in_csv_and_json(latency_study: Path) -> None:
@@ -420,25 +424,28 @@ def test_a_latency_target_keeps_the_recommendation_within_it(latency_study: Path
     free = specsweep("report", "studies/itl", cwd=latency_study)
     assert free.returncode == 0, free.stderr
     rows = rows_of(latency_study / "studies/itl/report/results.csv")
-    p99 = {(r["configuration"], int(r["concurrency"])): float(r["itl_p99_s"]) for r in rows}
+    p99 = {(short_label(r["configuration"]), int(r["concurrency"])): float(r["itl_p99_s"]) for r in rows}
     chosen = recommended_k(free.stdout)
     # a target between speculation off's ITL p99 at 4 streams and the unconstrained pick's, which drafts
     # (a slow time scale, so the client's jitter does not swamp the steps: off's steps are the shortest)
     assert chosen["4"] != "speculation off" and p99[("speculation off", 4)] < p99[(chosen["4"], 4)], p99
     limit_ms = 500 * (p99[("speculation off", 4)] + p99[(chosen["4"], 4)])
-    bound = specsweep("report", "studies/itl", "--max-itl-p99", f"{limit_ms:.3f}", "--out", "bound", cwd=latency_study)
+    bound = specsweep(
+        "report", "studies/itl", "--max-itl-p99", f"{limit_ms:.3f}", "--out", "bound", "--verbose", cwd=latency_study
+    )
     assert bound.returncode == 0, bound.stderr
     picks = recommended_k(bound.stdout)
-    assert picks["4"] != chosen["4"] and "Latency target: ITL p99 <= " in bound.stdout
+    said = " ".join(bound.stdout.split())
+    assert picks["4"] != chosen["4"] and "Latency target: ITL p99 <= " in said
+    assert "latency target: inter-token latency p99 at most" in said
     for level, pick in picks.items():
-        assert p99[(pick, int(level))] <= limit_ms / 1000 or "the target is not met here" in bound.stdout
+        assert p99[(pick, int(level))] <= limit_ms / 1000 or "the target is not met here" in said
     # the same target given to the study is kept with it, and its end and recommend respect it
     again = specsweep(
         "study", "--config", "itl.toml", "--resume", "--max-itl-p99", f"{limit_ms:.3f}", cwd=latency_study
     )
     assert again.returncode == 0, again.stderr
-    short = {level: re.sub(r" \S+ \((\w+)\)", r" \1", label) for level, label in picks.items()}
-    assert {str(b): label for (_, b), label in picks_of(again.stdout).items()} == short
+    assert recommended_k(again.stdout) == picks
     paste = specsweep("recommend", "studies/itl", cwd=latency_study)
     limited = specsweep("recommend", "studies/itl", "--max-itl-p99", "100000", cwd=latency_study)
     assert paste.returncode == limited.returncode == 0 and paste.stdout != limited.stdout

@@ -256,7 +256,8 @@ def prose_rig(tmp_path_factory) -> Path:
 
 
 def recommended(stdout: str) -> dict[int, int]:
-    return {int(b): int(k) for b, k in re.findall(r"concurrency (\d+): recommended k=(\d+)", stdout)}
+    said = " ".join(stdout.split())  # as read: lines wrap at the console's width
+    return {int(b): int(k) for b, k in re.findall(r"concurrency (\d+): recommended k=(\d+)", said)}
 
 
 @pytest.mark.slow
@@ -273,9 +274,10 @@ def test_measure_with_a_rig_recommends_the_true_best_for_a_new_workload(prose_ri
     assert result.returncode == 0, result.stderr
     # the emulator's truth for technical at T=0.6 (bench/emulator_studies.truth_rates): k=2 alone, k=1 at 4
     assert recommended(result.stdout) == {1: 2, 4: 1}, result.stdout
-    assert "measured at the running k=3" in result.stdout
-    assert "expected gain over the running k=3" in result.stdout
-    assert "unchecked against the running server: server_args" in result.stdout
+    said = " ".join(result.stdout.split())  # as read: lines wrap at the console's width
+    assert "measured at the running k=3" in said
+    assert "expected gain over the running k=3" in said
+    assert "unchecked against the running server: server_args" in said
 
 
 @pytest.mark.slow

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from specsweep.cli.printers import WIDTH, fitted_console
 from specsweep.cli.study import default_study, print_outcome, trial_rows
-from specsweep.cli.study_printers import WIDTH, print_header, study_console
+from specsweep.cli.study_printers import print_header
 from specsweep.cli.study_progress import StudyProgress
 from specsweep.tuning.events import StudyEvent
 from specsweep.tuning.storage import redact_password
@@ -69,7 +70,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
 def render(recorded: dict[str, Any], *, width: int, terminal: bool, verbose: bool = False) -> str:
     """What `study` prints for the recorded run, on a console of ``width`` columns."""
     buffer = io.StringIO()
-    out = study_console(file=buffer, width=width, force_terminal=terminal)
+    out = fitted_console(file=buffer, width=width, force_terminal=terminal)
     config, runner = recorded["config"], recorded["runner"]
     progress = StudyProgress(out, trial_rows(out, config, runner), verbose=verbose)
     progress.rows.off.clear()  # as before the run: speculation off's rates come from its row
@@ -129,7 +130,7 @@ def test_a_terminal_gets_colour_and_the_same_lines(recorded: dict[str, Any], wid
 
 def test_the_live_display_says_the_start_the_level_and_the_time_it_ends(recorded: dict[str, Any]) -> None:
     """Mid-level: which start of at most how many, the ETA on the wall clock, a bar of requests, the rate."""
-    out = study_console(file=io.StringIO(), width=100, force_terminal=True)
+    out = fitted_console(file=io.StringIO(), width=100, force_terminal=True)
     config, runner = recorded["config"], recorded["runner"]
     progress = StudyProgress(out, trial_rows(out, config, runner))
     events = recorded["events"]
@@ -137,7 +138,7 @@ def test_the_live_display_says_the_start_the_level_and_the_time_it_ends(recorded
     for event in events[: last_level + 4]:
         progress(event)
     shown = io.StringIO()
-    study_console(file=shown, width=100, force_terminal=False).print(progress.render())
+    fitted_console(file=shown, width=100, force_terminal=False).print(progress.render())
     live = shown.getvalue()
     assert re.search(r"start \d+ of at most 11, about \d+ expected; ETA \d\d:\d\d:\d\d", live), live
     assert re.search(r"trial \d+  k=\d+ \w+: technical at 4 .*\d+/12 requests [\d,.]+ tok/s so far", live), live

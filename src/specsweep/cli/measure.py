@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from specsweep.cli.options import check_duration, check_finite, check_levels, check_url, one_of, seconds_of
-from specsweep.cli.printers import print_measurement
+from specsweep.cli.printers import fitted_console, print_measurement
 from specsweep.cli.rig_printers import print_rig_recommendation
 from specsweep.config import parse_concurrency
 from specsweep.errors import RequestError
@@ -129,7 +129,7 @@ def measure(
     thin = None if rate else thin_levels(settings.concurrency, settings.requests)
     for note in (thin, too_small(loaded, settings.requests), *loaded.notes):
         if note:  # with the report on stdout: stderr keeps one line for an error
-            Console(soft_wrap=True, stderr=json_output).print(f"[yellow]note:[/yellow] {note}")
+            fitted_console(stderr=json_output).print(f"[yellow]note:[/yellow] {note}")
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -167,7 +167,7 @@ def measure(
                 progress.update(tasks[level], advance=1, rate=live)
 
         result = run_measure(settings, loaded, on_event=on_event)
-    out = Console(soft_wrap=True, stderr=json_output)
+    out = fitted_console(stderr=json_output)
     print_measurement(out, result)
     record = measurement_to_dict(result)
     if json_output:

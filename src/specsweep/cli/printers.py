@@ -6,44 +6,27 @@ Rates are aggregate output tok/s, client side, unless a line says otherwise.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
+from typing import IO
 
 from rich.console import Console
 
 from specsweep.analysis.drafters import candidate_of, configuration_label
-from specsweep.analysis.study import StudyAnalysis
-from specsweep.report.study_report import baseline_name, recommendation_summary, snippet_for, snippet_heading
+from specsweep.report.study_report import baseline_name
 from specsweep.runtime.measure import LevelResult, Measurement
 from specsweep.tuning.stored import pick_best
 from specsweep.types import ClockName, MeasuredConfig, StudySettings
 
+WIDTH = 100  # the widest line a command prints, a paste or a command to copy aside
 
-def print_analysis(
-    out: Console,
-    analysis: StudyAnalysis,
-    fmt: str,
-    *,
-    settings: StudySettings | None = None,
-    folder: Path | None = None,
-) -> None:
-    """The recommendation per workload and concurrency, why, and the snippet per workload (in the
-    study's build's flag names; an SGLang adaptive config written into ``folder``)."""
-    out.print(
-        "\n[bold]recommended[/bold] (fitted acceptance x modelled step time; aggregate output tok/s, 95% intervals)"
-    )
-    for rec in analysis.recommendations:
-        out.print(f"  {recommendation_summary(rec)}")
-        out.print(f"    [dim]{rec.reason}[/dim]")
-    for note in analysis.notes:
-        out.print(f"  [yellow]note:[/yellow] {note}")
-    for workload in analysis.workloads:
-        plan = analysis.snippet(workload)
-        if plan is None:
-            continue
-        out.print(f"{workload}: {snippet_heading(plan)}")
-        for line in plan.notes:
-            out.print(f"  [yellow]note:[/yellow] {line}")
-        out.print(snippet_for(analysis, workload, fmt, settings=settings, folder=folder), highlight=False, markup=False)
+
+def fitted_console(
+    *, file: IO[str] | None = None, width: int | None = None, force_terminal: bool | None = None, stderr: bool = False
+) -> Console:
+    """The console a command prints on: the terminal's width (``width``) up to ``WIDTH``, wrapping
+    what is longer (a paste is printed with soft_wrap, whole); piped, rich's 80 columns and no
+    control codes. ``file``, ``force_terminal``, ``stderr``: as rich's Console takes them."""
+    seen = width or Console(file=file, force_terminal=force_terminal, stderr=stderr).width
+    return Console(file=file, width=min(seen, WIDTH), force_terminal=force_terminal, highlight=False, stderr=stderr)
 
 
 def _range(low: float, high: float, digits: int = 1) -> str:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import optuna
 import typer
-from rich.console import Console
 
 from specsweep.cli.options import check_finite, one_of
-from specsweep.cli.printers import print_analysis
+from specsweep.cli.printers import fitted_console
+from specsweep.cli.study_printers import print_paste, print_picks
 from specsweep.engines.registry import engine_of_format
 from specsweep.errors import ConfigError
 from specsweep.names import check_name
@@ -62,6 +62,7 @@ def report(
         min=0.001,
         help="A latency target: recommend only configurations whose inter-token latency p99 is within this many ms.",
     ),
+    verbose: bool = typer.Option(False, "--verbose", help="Also print why each pick won (report.md has it all)."),
 ) -> None:
     """Write the study's report: figures, report.md, a self-contained report.html, results.json.
 
@@ -89,9 +90,12 @@ def report(
     files = write_report(
         analysis, configs, settings, trial_history(study), target, name=study.study_name, snippet_format=fmt
     )
-    console = Console(soft_wrap=True)
-    print_analysis(console, analysis, fmt, settings=settings, folder=target)
-    console.print(
-        f"\nwrote {files.markdown}, {files.html}, {files.results}, {files.table} and {len(files.figures)} figures in "
-        f"{files.folder}"
-    )
+    console = fitted_console()
+    print_picks(console, analysis, verbose=verbose)
+    limit_s = max_itl_p99 / 1000 if max_itl_p99 else settings.max_itl_p99_s
+    if limit_s:
+        said = "" if verbose else "; --verbose says where it is not met"
+        console.print(f"latency target: inter-token latency p99 at most {1000 * limit_s:g} ms{said}")
+    print_paste(console, analysis, fmt, settings=settings, folder=target)
+    written = [p.name for p in (files.markdown, files.html, files.results, files.table) if p is not None]
+    console.print(f"\nwrote {', '.join(written)} and {len(files.figures)} figures in {files.folder}")

@@ -13,7 +13,7 @@ from rich.console import Console
 from specsweep.analysis.drafters import configuration_label
 from specsweep.cli.options import check_finite, check_levels
 from specsweep.cli.plan_printer import print_plan
-from specsweep.cli.printers import print_best_measured
+from specsweep.cli.printers import fitted_console, print_best_measured
 from specsweep.cli.rig_printers import print_rig_study
 from specsweep.cli.study_printers import (
     print_boot,
@@ -21,7 +21,6 @@ from specsweep.cli.study_printers import (
     print_paste,
     print_picks,
     print_stop,
-    study_console,
 )
 from specsweep.cli.study_progress import StudyProgress, TrialRows
 from specsweep.config import (
@@ -198,7 +197,7 @@ def study(
     if dry_run:
         print_plan(Console(soft_wrap=True), plan_study(chosen))
         return
-    out = study_console()
+    out = fitted_console()
     paths = study_paths(chosen, studies_dir, storage)
     shared = is_shared(paths.storage)
     worker = worker or default_worker()

@@ -9,7 +9,7 @@ Every line fits ``WIDTH`` columns except the paste, which is never wrapped or cu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import IO
+from pathlib import Path
 
 from rich import box
 from rich.console import Console
@@ -23,17 +23,6 @@ from specsweep.report.study_report import snippet_for
 from specsweep.tuning.search_words import Leaders
 from specsweep.tuning.study_time import StudyTime
 from specsweep.types import MeasuredConfig, StudySettings
-
-WIDTH = 100  # the widest line study prints, the paste aside
-
-
-def study_console(
-    *, file: IO[str] | None = None, width: int | None = None, force_terminal: bool | None = None
-) -> Console:
-    """The console ``study`` prints on: the terminal's width (``width``) up to ``WIDTH``, wrapping what
-    is longer; ``file``, ``force_terminal``: as rich's Console takes them."""
-    seen = width or Console(file=file, force_terminal=force_terminal).width
-    return Console(file=file, width=min(seen, WIDTH), force_terminal=force_terminal, highlight=False)
 
 
 def print_header(
@@ -195,8 +184,11 @@ def print_picks(out: Console, analysis: StudyAnalysis, *, verbose: bool) -> None
         out.print(f"[yellow]note:[/yellow] {note}")
 
 
-def print_paste(out: Console, analysis: StudyAnalysis, fmt: str, *, settings: StudySettings | None) -> None:
-    """Each workload's paste, whole: never wrapped or cut, whatever the console's width."""
+def print_paste(
+    out: Console, analysis: StudyAnalysis, fmt: str, *, settings: StudySettings | None, folder: Path | None = None
+) -> None:
+    """Each workload's paste, whole: never wrapped or cut, whatever the console's width (an SGLang
+    adaptive config written into ``folder``, when one is given)."""
     for workload in analysis.workloads:
         plan = analysis.snippet(workload)
         if plan is None:
@@ -208,5 +200,5 @@ def print_paste(out: Console, analysis: StudyAnalysis, fmt: str, *, settings: St
         out.print(f"\n[bold]paste[/bold] for {workload}{table}:")
         for line in plan.notes:
             out.print(f"[yellow]note:[/yellow] {line}")
-        paste = snippet_for(analysis, workload, fmt, settings=settings)
+        paste = snippet_for(analysis, workload, fmt, settings=settings, folder=folder)
         out.print(paste, soft_wrap=True, markup=False, highlight=False)
