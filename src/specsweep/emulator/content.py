@@ -1,8 +1,9 @@
 """What the emulator reads from a prompt and what text it writes back.
 
-Token counting: letters in runs of up to 6, digits in runs of up to 3, any other non-space
-character on its own. This is close to a real BPE tokenizer for English (about 1.3 tokens a
-word) and for dense technical text (many single-symbol tokens).
+Token counting: specsweep's one estimate (``workload.count_tokens``): letters in runs of up to
+6, digits in runs of up to 3, any other non-space character on its own. This is close to a real
+BPE tokenizer for English (about 1.3 tokens a word) and for dense technical text (many
+single-symbol tokens).
 
 Content class: decided from the prompt text alone, deterministically. A prompt is
 ``technical`` when its share of "technical characters" (digits and the symbols that code, data,
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import re
 
-TOKEN_PATTERN = re.compile(r"[^\W\d_]{1,6}|\d{1,3}|[^\w\s]|_")
+from specsweep.workload import count_tokens  # noqa: F401 (re-exported: the emulator counts so)
+
 _TECHNICAL_CHARS = frozenset('0123456789{}[]()<>=;:_/\\|#$%^&*~`@"+-')
 _TECHNICAL_WORDS = re.compile(
     r"\b(json|yaml|latex|sql|regex|hex|base64|uuid|sha-?256|stack trace|traceback|terraform|"
@@ -28,11 +30,6 @@ _NONCE = re.compile(r"^\s*\[[^\]\n]{1,64}\]\s*")
 # share that suffices when the prompt also names a technical artefact.
 TECHNICAL_SHARE = 0.12
 TECHNICAL_SHARE_WITH_WORDS = 0.07
-
-
-def count_tokens(text: str) -> int:
-    """The emulator's token count for a piece of text."""
-    return len(TOKEN_PATTERN.findall(text))
 
 
 def technical_share(text: str) -> float:
