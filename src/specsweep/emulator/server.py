@@ -13,11 +13,13 @@ from typing import Any, TextIO
 from aiohttp import web
 
 from specsweep.emulator.api_requests import ApiError, ParsedRequest, parse_request, read_json
-from specsweep.emulator.content import classify_content, count_tokens
+from specsweep.emulator.content import classify_content
 from specsweep.emulator.engine import Emission, Engine
 from specsweep.emulator.metrics import EngineCollector, render_metrics
+from specsweep.emulator.prefix_cache import PrefixCache
 from specsweep.emulator.profile import Profile
 from specsweep.emulator.self_load import SelfLoad
+from specsweep.workload import TOKEN_PATTERN
 
 log = logging.getLogger("specsweep.emulator")
 
@@ -46,6 +48,8 @@ class EmulatorApi:
         self.collector = EngineCollector(
             engine, served_model_name, self.kv_usage, spec_counters=not profile.faults.metrics_without_spec
         )
+        k = engine.spec.num_speculative_tokens if engine.spec else 0
+        self.prefix_cache = PrefixCache(profile.kv_cache_tokens(k or 0))
         # As vLLM: with --api-key (or VLLM_API_KEY) set, /v1 endpoints need "Authorization: Bearer <key>".
         self.api_key = api_key or os.environ.get("VLLM_API_KEY") or None
 
@@ -141,7 +145,8 @@ class EmulatorApi:
         garble = number % faults.malformed_sse_every == 0 if faults.malformed_sse_every else False
         if faults.omit_usage:
             parsed = replace(parsed, include_usage=False, continuous_usage=False)
-        prompt_tokens = count_tokens(parsed.prompt_text)
+        tokens = TOKEN_PATTERN.findall(parsed.prompt_text)
+        prompt_tokens = len(tokens)
         if prompt_tokens + parsed.max_tokens > self.profile.max_model_len:
             return _refused(
                 request,
@@ -159,6 +164,7 @@ class EmulatorApi:
             max_tokens=parsed.max_tokens,
             temperature=parsed.temperature,
             arrival=arrival,
+            cached_tokens=self.prefix_cache.admit(tokens),
         )
         request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         try:
