@@ -329,6 +329,8 @@ def print_plan(out: Console, plan: StudyPlan) -> None:
         f"levels: concurrency {', '.join(map(str, plan.concurrency))}; requests {plan.requests}; "
         f"max_tokens {plan.max_tokens}, temperature {plan.temperature:g}"
     )
+    if plan.context:
+        out.print(f"context levels: {plan.context}", highlight=False)
     out.print(f"objective: {plan.objective}; {plan.budget}")
     out.print("server command per configuration" + (" (PORT: a free port picked at each start)" if any(
         " PORT" in c.command for c in plan.configurations) else "") + ":")  # fmt: skip
