@@ -191,3 +191,23 @@ def test_a_context_level_beyond_the_max_model_length_is_refused_before_any_start
     assert not (tmp_path / "studies").exists()  # nothing created, nothing started
     flag = specsweep("study", "--workload", "prose", "--context", "512k", "--dry-run", cwd=tmp_path)
     assert flag.returncode == 2 and "--context: context level 524,288" in flag.stderr
+
+
+def test_a_context_level_beyond_a_known_kv_pool_is_refused_before_any_start(tmp_path: Path) -> None:
+    data = emulator_study("pool", concurrency=(1, 4), max_tokens=64)
+    data["measure"] |= {"context": [16384]}
+    data["server"] = {
+        "engine": "vllm",
+        "start": "vllm serve m --port {port} --max-model-len 32768 --num-gpu-blocks-override 3000 {spec_args}",
+    }
+    path = write_study(tmp_path / "study.toml", data)
+    done = specsweep("study", "--config", str(path), "--dry-run", cwd=tmp_path)
+    assert done.returncode == 1
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    # 4 sequences of 16,384 + 64 tokens against 3,000 blocks of vLLM's 16 tokens
+    assert "4 sequences at context level 16,384" in lines[0] and "65,792 KV tokens" in lines[0]
+    assert "(48,000, 3,000 blocks of 16 tokens (--num-gpu-blocks-override in server.start))" in lines[0]
+    data["server"]["start"] = data["server"]["start"].replace("3000", "5000")  # 80,000 tokens: they fit
+    fits = specsweep("study", "--config", str(write_study(path, data)), "--dry-run", cwd=tmp_path)
+    assert fits.returncode == 0 and "context levels: 16,384 tokens" in fits.stdout, fits.stdout + fits.stderr
