@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from specsweep.config import parse_context, parse_study_config
 from specsweep.context_prompts import context_variant, shared_prefix
-from specsweep.emulator.content import classify_content
+from specsweep.emulator.content import PromptReader, classify_content
 from specsweep.emulator.model import compute_truth
 from specsweep.emulator.prefix_cache import BLOCK_TOKENS, PrefixCache
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
@@ -105,6 +105,18 @@ def test_the_emulator_prefills_a_prefix_it_has_seen_once() -> None:
     assert cache.admit(exact) == 4 * BLOCK_TOKENS - 1  # its last token is computed again, as vLLM does
     nonce_first = TOKEN_PATTERN.findall("[0a1b2c3d4e5f] ") + shared
     assert cache.admit(nonce_first) == 0  # a nonce at the start: never served, as every plain request
+
+
+@pytest.mark.parametrize("workload", ["prose", "technical"])
+def test_the_emulator_reads_a_long_prompt_as_a_whole_reading_does(workload: str) -> None:
+    reader = PromptReader()
+    variant = context_variant(load_workload(workload), 65536)
+    for nonce, prompt in zip(("0a1b2c3d4e5f", "99ffee001122", "0a1b2c3d4e5f"), variant.prompts, strict=False):
+        for text in (prompt.completion_prompt(nonce), prompt.text(), "[x]" + prompt.completion_prompt(nonce)):
+            assert reader.read(text) == (TOKEN_PATTERN.findall(text), classify_content(text))
+    edge = "word " * 40_000 + "{}" * 30_000  # prose at its head, technical in all
+    assert reader.read(edge) == (TOKEN_PATTERN.findall(edge), classify_content(edge)) == (
+        TOKEN_PATTERN.findall(edge), "technical")  # fmt: skip
 
 
 def _context_profile(folder: Path) -> Path:

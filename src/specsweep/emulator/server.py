@@ -13,13 +13,12 @@ from typing import Any, TextIO
 from aiohttp import web
 
 from specsweep.emulator.api_requests import ApiError, ParsedRequest, parse_request, read_json
-from specsweep.emulator.content import classify_content
+from specsweep.emulator.content import PromptReader
 from specsweep.emulator.engine import Emission, Engine
 from specsweep.emulator.metrics import EngineCollector, render_metrics
 from specsweep.emulator.prefix_cache import PrefixCache
 from specsweep.emulator.profile import Profile
 from specsweep.emulator.self_load import SelfLoad
-from specsweep.workload import TOKEN_PATTERN
 
 log = logging.getLogger("specsweep.emulator")
 
@@ -50,6 +49,7 @@ class EmulatorApi:
         )
         k = engine.spec.num_speculative_tokens if engine.spec else 0
         self.prefix_cache = PrefixCache(profile.kv_cache_tokens(k or 0))
+        self.reader = PromptReader()
         # As vLLM: with --api-key (or VLLM_API_KEY) set, /v1 endpoints need "Authorization: Bearer <key>".
         self.api_key = api_key or os.environ.get("VLLM_API_KEY") or None
 
@@ -145,7 +145,7 @@ class EmulatorApi:
         garble = number % faults.malformed_sse_every == 0 if faults.malformed_sse_every else False
         if faults.omit_usage:
             parsed = replace(parsed, include_usage=False, continuous_usage=False)
-        tokens = TOKEN_PATTERN.findall(parsed.prompt_text)
+        tokens, content_class = self.reader.read(parsed.prompt_text)
         prompt_tokens = len(tokens)
         if prompt_tokens + parsed.max_tokens > self.profile.max_model_len:
             return _refused(
@@ -159,7 +159,7 @@ class EmulatorApi:
                 ),
             )
         seq = self.engine.submit(
-            content_class=classify_content(parsed.prompt_text),
+            content_class=content_class,
             prompt_tokens=prompt_tokens,
             max_tokens=parsed.max_tokens,
             temperature=parsed.temperature,
