@@ -158,13 +158,18 @@ class EmulatorApi:
                     "BadRequestError",
                 ),
             )
+        cached_tokens = self.prefix_cache.admit(tokens)
+        # Reading the request is part of the modelled request overhead while it fits in it; a long
+        # prompt's reading (the emulator's own wall clock) does not make the engine's schedule start
+        # late, which would crowd its first steps together to catch up and fake a fast decode.
+        arrival = max(arrival, time.perf_counter() - self.profile.timing.request_overhead_s / self.engine.time_scale)
         seq = self.engine.submit(
             content_class=content_class,
             prompt_tokens=prompt_tokens,
             max_tokens=parsed.max_tokens,
             temperature=parsed.temperature,
             arrival=arrival,
-            cached_tokens=self.prefix_cache.admit(tokens),
+            cached_tokens=cached_tokens,
         )
         request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         try:
