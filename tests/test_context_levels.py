@@ -22,6 +22,7 @@ from specsweep.emulator.model import compute_truth
 from specsweep.emulator.prefix_cache import BLOCK_TOKENS, PrefixCache
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.errors import ConfigError
+from specsweep.rigs.file import write_rig
 from specsweep.tuning.records import measured_configs
 from specsweep.tuning.stored import load_stored_study
 from specsweep.tuning.workloads import study_workloads
@@ -33,7 +34,7 @@ from specsweep.workload import (
     parse_context_variant,
 )
 
-from .builders import emulator_study, specsweep, write_study
+from .builders import emulator_study, exact_rig, specsweep, write_study
 
 
 @given(
@@ -223,3 +224,13 @@ def test_a_context_level_beyond_a_known_kv_pool_is_refused_before_any_start(tmp_
     data["server"]["start"] = data["server"]["start"].replace("3000", "5000")  # 80,000 tokens: they fit
     fits = specsweep("study", "--config", str(write_study(path, data)), "--dry-run", cwd=tmp_path)
     assert fits.returncode == 0 and "context levels: 16,384 tokens" in fits.stdout, fits.stdout + fits.stderr
+
+
+def test_study_with_a_rig_refuses_context_levels_before_any_start(tmp_path: Path) -> None:
+    rig = tmp_path / "rig.json"
+    write_rig(rig, exact_rig(DEFAULT_PROFILE, "dspark", k_max=4))
+    path = write_study(tmp_path / "study.toml", emulator_study("rigged"))
+    done = specsweep("study", "--config", str(path), "--rig", str(rig), "--context", "8k", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "context levels (measure.context, --context) cannot be answered from it" in done.stderr
+    assert not list((tmp_path / "studies").glob("*/logs/*.log"))  # nothing started
