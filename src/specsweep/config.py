@@ -46,6 +46,21 @@ def parse_concurrency(text: str, *, flag: str = "--concurrency") -> tuple[int, .
     return _check_levels(list(levels), flag)
 
 
+def parse_context(text: str, *, flag: str = "--context") -> tuple[int, ...]:
+    """'16384,65536' or '16k,64k' -> (16384, 65536): context levels in tokens (``k``: 1,024)."""
+    try:
+        levels = [
+            int(part.strip()[:-1]) * 1024 if part.strip().lower().endswith("k") else int(part)
+            for part in text.split(",")
+            if part.strip()
+        ]
+    except ValueError:
+        raise ConfigError(
+            f"{flag} must be token counts separated by commas, e.g. 16384,65536 or 16k,64k; got {text!r}."
+        ) from None
+    return _check_levels(levels, flag)
+
+
 def _check_levels(levels: list[Any], where: str) -> tuple[int, ...]:
     if not levels or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in levels):
         raise ConfigError(f"{where} needs whole-number levels >= 1, e.g. 1,4; got {levels!r}.")
@@ -78,6 +93,12 @@ class MeasureConfig:
     max_tokens: int = 600
     temperature: float = 0.0
     timeout_s: float = 600.0
+    # Context levels in tokens: each workload W is also measured as W@16k (and so on), after the
+    # plain levels of the same start (context_prompts.py). (): the workloads as they are.
+    context: tuple[int, ...] = ()
+    # The share of each workload's weight its context levels take in the objective, split evenly
+    # between them; 0: they are measured and reported but weigh nothing in the search.
+    context_weight: float = 0.0
 
     @property
     def most_requests(self) -> int:
@@ -288,9 +309,20 @@ def _parse_measure(table: RecordTable) -> MeasureConfig:
             f"{table.source}: [measure] needs requests >= 1 (or none: adaptive), max_requests >= 1, precision "
             "between 0 and 1, max_tokens >= 1, warmup >= 0 and temperature in 0..2."
         )
+    context = table.raw("context")
+    if not isinstance(context, list):
+        raise ConfigError(f"{table.source}: measure.context must be a list of token counts, e.g. [16384, 65536].")
+    context_weight = table.get("context_weight", float)
+    if not 0 <= context_weight <= 1:
+        raise ConfigError(
+            f"{table.source}: measure.context_weight is the share of a workload's weight its context levels "
+            f"take, from 0 to 1 (got {context_weight!r})."
+        )
     return MeasureConfig(
         concurrency=_check_levels(levels, f"{table.source}: measure.concurrency"),
         timeout_s=check_positive(table.get("timeout_s", float), "measure.timeout_s", table.source),
+        context=_check_levels(context, f"{table.source}: measure.context") if context else (),
+        context_weight=context_weight,
         **v,
     )
 

@@ -262,6 +262,9 @@ class LevelFigures:
     # the share of decode steps that drafted, for a drafter that drafts only at some steps (a
     # lookup drafts where the text matches; analysis/levels.level_drafted_share); None: every step
     drafted_share: float | None = None
+    # the mean prompt tokens of the level's answered requests, as the server counted them (usage);
+    # a context level's (W@16k) is about its context (None: no usage, or studies from before it was kept)
+    prompt_tokens_mean: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,12 +9,18 @@ One JSON object per line, either a plain prompt or OpenAI chat messages:
 A file in another format (ShareGPT, OpenAI chat JSON Lines, plain text) is read through
 workload_formats.py into the same records.
 Every request specsweep sends carries a fresh nonce at the very start of its first message, so
-a prefix cache can never serve a repeated prompt and fake a short time to first token.
+a prefix cache can never serve a repeated prompt and fake a short time to first token. A
+prompt of a context level (``W@16k``, context_prompts.py) carries a long shared text before
+it, which the nonce follows: that text is the one part a prefix cache may serve.
+
+A text's length in tokens is estimated one way everywhere (``count_tokens``): the emulator
+counts a prompt so, and a context level's shared text is cut to length so.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -25,6 +31,36 @@ from typing import Any
 from specsweep.errors import WorkloadError
 from specsweep.workload_formats import Converted, detect_and_convert, json_lines
 
+# Letters in runs of up to 6, digits in runs of up to 3, any other non-space character on its own:
+# close to a real BPE tokenizer for English (about 1.3 tokens a word) and for dense technical text.
+TOKEN_PATTERN = re.compile(r"[^\W\d_]{1,6}|\d{1,3}|[^\w\s]|_")
+# A context level's name: the workload's, "@", then the level in tokens ("16k" for 16 x 1024).
+_CONTEXT_SUFFIX = re.compile(r"@([1-9][0-9]*)(k?)$")
+
+
+def count_tokens(text: str) -> int:
+    """A text's length in tokens, as specsweep estimates it (and the emulator counts it)."""
+    return len(TOKEN_PATTERN.findall(text))
+
+
+def context_variant_name(workload: str, context_tokens: int) -> str:
+    """The name a workload measured at a context level goes by: ``prose@16k`` (16,384 tokens),
+    ``prose@10000`` for a level that is not a whole number of 1,024 tokens."""
+    if context_tokens < 1:
+        raise ValueError(f"a context level is a whole number of tokens >= 1, not {context_tokens}")
+    level = f"{context_tokens // 1024}k" if context_tokens % 1024 == 0 else str(context_tokens)
+    return f"{workload}@{level}"
+
+
+def parse_context_variant(name: str) -> tuple[str, int | None]:
+    """A workload name read back: (the workload, its context level in tokens), or (name, None)
+    for a workload measured as it is. The inverse of :func:`context_variant_name`."""
+    found = _CONTEXT_SUFFIX.search(name)
+    if found is None or found.start() == 0:
+        return name, None
+    tokens = int(found.group(1)) * (1024 if found.group(2) else 1)
+    return name[: found.start()], tokens
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadPrompt:
@@ -34,27 +70,30 @@ class WorkloadPrompt:
     subcategory: str
     prompt: str | None = None
     messages: tuple[dict[str, Any], ...] | None = None
+    # A context level's shared text, sent before the nonce (so a prefix cache may serve it); "": none
+    shared_prefix: str = ""
 
     def text(self) -> str:
-        """All the prompt's text, as one string."""
+        """All the prompt's own text, as one string (the shared prefix left out)."""
         if self.prompt is not None:
             return self.prompt
         return "\n".join(str(m.get("content", "")) for m in self.messages or ())
 
     def chat_messages(self, nonce: str) -> list[dict[str, Any]]:
-        """Chat messages for a request, the nonce at the start of the first message."""
+        """Chat messages for a request, the nonce at the start of the first message (after the
+        shared prefix, when the prompt has one)."""
         messages = (
             [{"role": "user", "content": self.prompt}]
             if self.prompt is not None
             else [dict(m) for m in self.messages or ()]
         )
         first = messages[0]
-        first["content"] = f"[{nonce}] {first.get('content') or ''}"
+        first["content"] = f"{self.shared_prefix}[{nonce}] {first.get('content') or ''}"
         return messages
 
     def completion_prompt(self, nonce: str) -> str:
-        """A plain prompt for /v1/completions, the nonce first."""
-        return f"[{nonce}] {self.text()}"
+        """A plain prompt for /v1/completions, the nonce first (after the shared prefix, if any)."""
+        return f"{self.shared_prefix}[{nonce}] {self.text()}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

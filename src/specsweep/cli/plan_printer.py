@@ -70,6 +70,8 @@ def print_plan(out: Console, plan: StudyPlan) -> None:
         f"levels: concurrency {', '.join(map(str, plan.concurrency))}; requests {plan.requests}; "
         f"max_tokens {plan.max_tokens}, temperature {plan.temperature:g}"
     )
+    if plan.context:
+        say(f"context levels: {plan.context}")
     say(f"objective: {plan.objective}; {plan.budget}")
     if plan.mode == "attach":
         say("the server is restarted by hand for each configuration, with:")

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from specsweep.analysis.drafters import configuration_label
+from specsweep.cli.context_room import refuse_context_levels
 from specsweep.cli.options import check_finite, check_levels
 from specsweep.cli.plan_printer import print_plan
 from specsweep.cli.printers import fitted_console, print_best_measured
@@ -32,6 +33,7 @@ from specsweep.config import (
     StudyConfig,
     load_study_config,
     parse_concurrency,
+    parse_context,
 )
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.engines.registry import engine_info, max_model_len_flag
@@ -123,6 +125,11 @@ def study(
         callback=check_levels,
         help="Concurrency levels to measure, e.g. 1,4,16; overrides measure.concurrency (default: the config's).",
     ),
+    context: str = typer.Option(
+        None,
+        help="Context levels in prompt tokens, e.g. 16384,65536 or 16k,64k: each workload W is also measured as "
+        "W@16k, W@64k in the same starts; overrides measure.context (default: the config's, none).",
+    ),
     requests: int = typer.Option(
         None,
         min=1,
@@ -182,6 +189,8 @@ def study(
     chosen = override_measure(
         chosen, concurrency=concurrency, requests=requests, max_tokens=max_tokens, temperature=temperature
     )
+    if context is not None:
+        chosen = replace(chosen, measure=replace(chosen.measure, context=parse_context(context)))
     if tolerance is not None:
         chosen = replace(chosen, tolerance=tolerance)
     if max_itl_p99 is not None:
@@ -190,8 +199,11 @@ def study(
         load_profile(chosen.server.emulator.profile)  # a wrong profile fails here, not in every trial's start
     try:
         refuse_what_no_server_answers(chosen, key="--max-tokens" if max_tokens is not None else "measure.max_tokens")
+        refuse_context_levels(
+            chosen, known_max_model_len(chosen.server), key="--context" if context is not None else "measure.context"
+        )
     except ConfigError as exc:
-        if max_tokens is None:
+        if max_tokens is None and context is None:
             raise
         raise typer.BadParameter(str(exc)) from None  # a usage error: click adds the command's usage line
     if dry_run:

@@ -2,7 +2,8 @@
 
 One asyncio task runs engine steps back to back while there is work. A step decodes every
 running sequence together (one verification step each: A accepted drafts plus the bonus token)
-and admits waiting requests up to ``max_num_seqs``, paying their prefill in the same step; the
+and admits waiting requests up to ``max_num_seqs``, paying their prefill in the same step (the
+prompt's tokens the prefix cache does not serve, ``emulator/prefix_cache.py``); the
 step lasts the modelled time divided by the time scale. Everything a client or /metrics sees is in
 wall-clock seconds, so at time scale X every rate reads X times the modelled one. Steps are scheduled against absolute
 deadlines, so a late wake-up is made up by the next steps instead of accumulating, and the
@@ -79,6 +80,7 @@ class Sequence:
     first_token_at: float | None = None
     last_token_at: float | None = None
     cancelled: bool = False
+    cached_tokens: int = 0  # of the prompt, served by the prefix cache: no prefill for them
 
 
 class Engine:
@@ -141,6 +143,7 @@ class Engine:
         max_tokens: int,
         temperature: float,
         arrival: float | None = None,
+        cached_tokens: int = 0,
     ) -> Sequence:
         """Queue a request; its emissions arrive on the returned sequence's outbox.
 
@@ -162,6 +165,7 @@ class Engine:
             temperature=temperature,
             arrival=time.perf_counter() if arrival is None else arrival,
             outbox=asyncio.Queue(),
+            cached_tokens=cached_tokens,
         )
         self._waiting.append(seq)
         self._wakeup.set()
@@ -201,7 +205,7 @@ class Engine:
             jitter = self.profile.timing.jitter
             if jitter and modelled:
                 modelled *= math.exp(self._rng.gauss(0.0, jitter) - jitter * jitter / 2)
-            modelled += sum(prefill_time_s(self.profile, s.prompt_tokens) for s in admitted)
+            modelled += sum(prefill_time_s(self.profile, s.prompt_tokens - s.cached_tokens) for s in admitted)
             deadline += modelled / self.time_scale
             self._modelled_s += modelled
             self._prefilling = len(admitted)

@@ -13,9 +13,10 @@ from typing import Any, TextIO
 from aiohttp import web
 
 from specsweep.emulator.api_requests import ApiError, ParsedRequest, parse_request, read_json
-from specsweep.emulator.content import classify_content, count_tokens
+from specsweep.emulator.content import PromptReader
 from specsweep.emulator.engine import Emission, Engine
 from specsweep.emulator.metrics import EngineCollector, render_metrics
+from specsweep.emulator.prefix_cache import PrefixCache
 from specsweep.emulator.profile import Profile
 from specsweep.emulator.self_load import SelfLoad
 
@@ -46,6 +47,9 @@ class EmulatorApi:
         self.collector = EngineCollector(
             engine, served_model_name, self.kv_usage, spec_counters=not profile.faults.metrics_without_spec
         )
+        k = engine.spec.num_speculative_tokens if engine.spec else 0
+        self.prefix_cache = PrefixCache(profile.kv_cache_tokens(k or 0))
+        self.reader = PromptReader()
         # As vLLM: with --api-key (or VLLM_API_KEY) set, /v1 endpoints need "Authorization: Bearer <key>".
         self.api_key = api_key or os.environ.get("VLLM_API_KEY") or None
 
@@ -141,7 +145,8 @@ class EmulatorApi:
         garble = number % faults.malformed_sse_every == 0 if faults.malformed_sse_every else False
         if faults.omit_usage:
             parsed = replace(parsed, include_usage=False, continuous_usage=False)
-        prompt_tokens = count_tokens(parsed.prompt_text)
+        tokens, content_class = self.reader.read(parsed.prompt_text)
+        prompt_tokens = len(tokens)
         if prompt_tokens + parsed.max_tokens > self.profile.max_model_len:
             return _refused(
                 request,
@@ -153,12 +158,18 @@ class EmulatorApi:
                     "BadRequestError",
                 ),
             )
+        cached_tokens = self.prefix_cache.admit(tokens)
+        # Reading the request is part of the modelled request overhead while it fits in it; a long
+        # prompt's reading (the emulator's own wall clock) does not make the engine's schedule start
+        # late, which would crowd its first steps together to catch up and fake a fast decode.
+        arrival = max(arrival, time.perf_counter() - self.profile.timing.request_overhead_s / self.engine.time_scale)
         seq = self.engine.submit(
-            content_class=classify_content(parsed.prompt_text),
+            content_class=content_class,
             prompt_tokens=prompt_tokens,
             max_tokens=parsed.max_tokens,
             temperature=parsed.temperature,
             arrival=arrival,
+            cached_tokens=cached_tokens,
         )
         request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         try:

@@ -42,6 +42,11 @@ MTP_ALIASES = (
 REMOVED_METHODS = ("medusa", "mlp_speculator")
 # The flag that bounds prompt and completion tokens of one request (engine/arg_utils.py, EngineArgs.max_model_len).
 CONTEXT_FLAGS = ("--max-model-len",)
+# The KV pool a command fixes: blocks (CacheConfig.num_gpu_blocks_override) of block_size tokens
+# each (CacheConfig.block_size; 16 where the command does not set it, as on CUDA).
+KV_BLOCKS_FLAG = "--num-gpu-blocks-override"
+BLOCK_SIZE_FLAG = "--block-size"
+DEFAULT_BLOCK_SIZE = 16
 METHODS_NEEDING_MODEL = ("draft_model", "eagle", "eagle3", "dflash", *REMOVED_METHODS)
 DRAFT_SAMPLE_METHODS = ("greedy", "probabilistic")
 REJECTION_SAMPLE_METHODS = ("standard", "synthetic", "block", "fly")

@@ -28,6 +28,7 @@ from specsweep.report.snippets import render_snippet, write_adaptive_config
 from specsweep.report.study_tables import RESULTS_CSV, latency_table, results_csv, subcategory_table
 from specsweep.runtime.store import finite_json, make_folder, write_atomic, write_json_atomic
 from specsweep.types import MeasuredConfig, StudySettings
+from specsweep.workload import parse_context_variant
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -274,7 +275,17 @@ def _summary(
         + (f"temperature {temperature:g}, " if temperature is not None else "")
         + f"draft lengths up to {analysis.k_max}; {len(configs)} configurations measured, {failed} trials failed. "
         "Rates are aggregate output tok/s, client side, exact token counts from usage; intervals are 95%."
+        + (CONTEXT_NOTE if any(parse_context_variant(w)[1] is not None for w in analysis.workloads) else "")
     )
+
+
+# What the report says of a study with context levels (docs/workloads.md#context-levels).
+CONTEXT_NOTE = (
+    " A workload named W@16k is W at a context level (16,384 prompt tokens): each request is one prefix of"
+    " realistic text shared by every request of the level, then its own prompt; the server's prefix cache holds"
+    " the prefix after the first request, so the level measures decoding at that context, not its prefill"
+    " (prompt_tokens_mean in results.json and results.csv: the prompt tokens the server counted)."
+)
 
 
 # alpha + beta past which a beta-geometric fit is its geometric limit: p_i moves by under 0.1%

@@ -47,6 +47,7 @@ from specsweep.tuning.records import TrialRecord, read_trials
 from specsweep.tuning.study_settings import read_study_settings
 from specsweep.tuning.trial_files import read_trial_file
 from specsweep.types import SpeculativeConfig
+from specsweep.workload import parse_context_variant
 
 
 def level_timings(
@@ -135,7 +136,8 @@ def study_level_timings(
     workloads: Sequence[str] | None = None,
 ) -> list[LevelTiming]:
     """Every measured level of every measured trial, from the trial files beside the study
-    (``settings`` receives the measure settings of the first one)."""
+    (``settings`` receives the measure settings of the first one); a context level's only when
+    ``workloads`` names it."""
     out: list[LevelTiming] = []
     for trial in trials:
         if not trial.measured:
@@ -146,6 +148,8 @@ def study_level_timings(
         for name, measurement in record.get("workloads", {}).items():
             if workloads is not None and name not in workloads:
                 continue
+            if workloads is None and parse_context_variant(name)[1] is not None:
+                continue  # a context level (W@16k): a rig's step model has no context in it
             if settings is not None and not settings:
                 settings.update(measurement.get("settings") or {})
             # studies stored before runtime/ undid the emulator's clock kept wall-clock request times

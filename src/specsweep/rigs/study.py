@@ -107,6 +107,11 @@ def run_rig_study(
     worker: str | None = None,
 ) -> RigStudyOutcome:
     """Measure what the rig cannot answer, then recommend per workload and concurrency from the rig."""
+    if config.measure.context:
+        raise ConfigError(
+            f"study --rig recommends from a rig, whose step model has no context in it: {config.source}'s "
+            "context levels (measure.context, --context) cannot be answered from it; drop them, or run without --rig."
+        )
     check_config_against_rig(rig, config)
     emit = on_event or (lambda event: None)
     # Only the planned configurations run: nothing is queued when the study is created.

@@ -17,8 +17,9 @@ from specsweep.runtime.server_plan import PlannedStop, planned_command, planned_
 from specsweep.runtime.trial_server import TrialServer, read_help_flags
 from specsweep.tuning.space import build_space, check_space, check_spec_args
 from specsweep.tuning.storage import check_storage_url
+from specsweep.tuning.workloads import load_study_workloads, study_workloads
 from specsweep.types import Configuration
-from specsweep.workload import load_workload, too_small
+from specsweep.workload import context_variant_name, too_small
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +61,7 @@ class StudyPlan:
     objective: str
     budget: str
     warnings: tuple[str, ...] = ()
+    context: str | None = None  # the context levels each workload is also measured at (None: none)
 
 
 def plan_study(config: StudyConfig) -> StudyPlan:
@@ -91,9 +93,11 @@ def plan_study(config: StudyConfig) -> StudyPlan:
         )
         for trial, c in enumerate(space.configurations())
     ]
+    loaded_all = load_study_workloads(config)  # a context level too short for its prompts is refused here
+    weights = study_workloads(config)
     workloads = []
-    for name, weight in config.workloads.items():
-        loaded = load_workload(name)
+    for name in config.workloads:
+        loaded, weight = loaded_all[name], weights[name]
         workloads.append(
             PlannedWorkload(
                 name=loaded.name, weight=weight, prompts=len(loaded.prompts), subcategories=loaded.subcategories()
@@ -120,7 +124,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     warnings = [
         note
         for name in config.workloads
-        for note in (too_small(load_workload(name), config.measure.most_requests), *load_workload(name).notes)
+        for note in (too_small(loaded_all[name], config.measure.most_requests), *loaded_all[name].notes)
         if note
     ]
     warnings += space.notes()
@@ -142,5 +146,24 @@ def plan_study(config: StudyConfig) -> StudyPlan:
         configurations=tuple(configurations), baseline=baseline, collapsed=collapsed, workloads=tuple(workloads),
         concurrency=tuple(m.concurrency), requests=requests, max_tokens=m.max_tokens, temperature=m.temperature,
         objective=f"aggregate output tok/s at concurrency {objective.concurrency}, with {', '.join(constraints)}",
-        budget=budget, warnings=tuple(warnings),
+        budget=budget, warnings=tuple(warnings), context=_context_line(config),
     )  # fmt: skip
+
+
+def _context_line(config: StudyConfig) -> str | None:
+    """The context levels in one line: what each workload is also measured as, and their weight."""
+    m = config.measure
+    if not m.context:
+        return None
+    first = next(iter(config.workloads))
+    names = ", ".join(context_variant_name(first, level) for level in m.context)
+    weight = (
+        f"{100 * m.context_weight:g}% of each workload's weight, split between them"
+        if m.context_weight
+        else "weight 0 (measured and reported, not in the objective)"
+    )
+    return (
+        f"{', '.join(f'{level:,}' for level in m.context)} tokens: each workload also as {names}"
+        f"{', ...' if len(config.workloads) > 1 else ''} in the same starts, after its plain levels, every "
+        f"prompt behind one shared prefix per level; {weight}"
+    )

@@ -75,8 +75,15 @@ def level_figures(
             itl_p99_s=s.itl.p99_s if s.itl else None,
             by_subcategory=(acceptance_by_subcategory(level.records, subcategories) or None) if subcategories else None,
             drafted_share=level_drafted_share(level.records, s),
+            prompt_tokens_mean=_prompt_tokens_mean(level.records),
         )
     return out
+
+
+def _prompt_tokens_mean(records: Sequence[RequestRecord]) -> float | None:
+    """The mean prompt tokens the server counted (usage.prompt_tokens) over a level's answered requests."""
+    counted = [r.prompt_tokens for r in records if r.ok and r.prompt_tokens is not None]
+    return sum(counted) / len(counted) if counted else None
 
 
 def _precision(records: Sequence[RequestRecord], concurrency: int) -> float | None:
@@ -120,6 +127,7 @@ def _level_from_stored(concurrency: int, row: dict[str, Any]) -> LevelFigures:
         itl_p99_s=row.get("itl_p99_s"),
         by_subcategory=row.get("by_subcategory"),
         drafted_share=row.get("drafted_share"),
+        prompt_tokens_mean=row.get("prompt_tokens_mean"),
     )
 
 

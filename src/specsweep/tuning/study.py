@@ -66,8 +66,9 @@ from specsweep.tuning.study_store import StudyPaths, hold_study, open_study, set
 from specsweep.tuning.study_time import StudyTime, study_time
 from specsweep.tuning.trial import TrialRunner, level_targets
 from specsweep.tuning.trial_files import trial_file
+from specsweep.tuning.workloads import load_study_workloads
 from specsweep.types import Configuration, EventCallback
-from specsweep.workload import Workload, load_workload, too_small
+from specsweep.workload import Workload, too_small
 
 # Trials that measure a configuration chosen by hand: never stopped for being behind (a search's
 # repeat is a contender too: the trial says so itself).
@@ -121,7 +122,7 @@ class StudyRunner:
         # build at hand now, so a setting it cannot express stops the study before any server starts.
         help_flags = read_help_flags(config.server, self.engine)
         check_spec_args(self.space, self.engine, config.source, help_flags=help_flags)
-        workloads: dict[str, Workload] = {name: load_workload(name) for name in config.workloads}
+        workloads: dict[str, Workload] = load_study_workloads(config)
         api_key = api_key_from_env(config.server.api_key_env)
         # One live run per study on local storage: a second one stops here, before it changes anything.
         lock = hold_study(config.name, paths, self.worker)
@@ -167,7 +168,9 @@ class StudyRunner:
         thin = config.measure.requests and thin_levels(config.measure.concurrency, config.measure.requests)
         if thin:
             self.emit(Note(text=thin))
-        for workload in self.trials.workloads.values():
+        for name, workload in self.trials.workloads.items():
+            if name not in config.workloads:  # a context level: its workload's notes are its own
+                continue
             for note in (too_small(workload, config.measure.most_requests), *workload.notes):
                 if note:
                     self.emit(Note(text=note))

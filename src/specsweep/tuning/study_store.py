@@ -36,6 +36,7 @@ from specsweep.tuning.storage import (
     requeue_stale_trial,
     storage_kind,
 )
+from specsweep.tuning.workloads import study_workloads
 from specsweep.types import StudySettings
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -162,7 +163,7 @@ def settings_of(config: StudyConfig, space: Space) -> StudySettings:
     if config.search.baseline is not None:
         baseline = space.configuration(space.params_for(config.search.baseline))
     return StudySettings(
-        workload_weights=dict(config.workloads),
+        workload_weights=study_workloads(config),
         concurrency_levels=tuple(config.measure.concurrency),
         objective_concurrency=config.objective.concurrency,
         k_range=config.search.num_speculative_tokens,

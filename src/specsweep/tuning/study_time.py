@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from specsweep.config import StudyConfig
 from specsweep.tuning.records import TrialRecord
+from specsweep.tuning.workloads import study_workloads
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,7 +48,7 @@ def study_time(
     grid = None
     if timed:
         per_level = []
-        for workload in config.workloads:
+        for workload in study_workloads(config):
             for level in config.measure.concurrency:
                 rates = [
                     row.whole_level_output_tokens_per_s

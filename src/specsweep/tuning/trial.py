@@ -39,6 +39,7 @@ from specsweep.tuning.events import (
 )
 from specsweep.tuning.study_store import StudyPaths
 from specsweep.tuning.trial_files import write_trial_file
+from specsweep.tuning.workloads import study_workloads
 from specsweep.types import (
     CapturedWidths,
     Configuration,
@@ -73,7 +74,7 @@ def level_targets(
     if m.requests is not None:
         return None
     out: dict[str, dict[int, LevelTarget]] = {}
-    for workload in config.workloads:
+    for workload in study_workloads(config):
         engine = engine_info(config.server.engine)
         noise = run_to_run_noise(measured, workload, engine.run_noise)
         levels = {}
@@ -103,12 +104,15 @@ class Objective:
 
 
 def trial_objective(config: StudyConfig, results: dict[str, dict[int, LevelFigures]]) -> Objective:
-    """Weighted aggregate tok/s at the objective's concurrency, and the constraints."""
+    """Weighted aggregate tok/s at the objective's concurrency, and the constraints (a workload of
+    weight 0, a context level that only reports, is not part of either)."""
     objective = config.objective
     level = objective.concurrency
     total = weight_sum = 0.0
     constraints: list[float] = []
-    for name, weight in config.workloads.items():
+    for name, weight in study_workloads(config).items():
+        if weight <= 0:
+            continue
         row = results.get(name, {}).get(level)
         if row is None or row.output_tokens_per_s is None:
             reason = f"no successful requests for workload {name} at concurrency {level}"
