@@ -168,10 +168,8 @@ class StudyRunner:
         thin = config.measure.requests and thin_levels(config.measure.concurrency, config.measure.requests)
         if thin:
             self.emit(Note(text=thin))
-        for name, workload in self.trials.workloads.items():
-            if name not in config.workloads:  # a context level: its workload's notes are its own
-                continue
-            for note in (too_small(workload, config.measure.most_requests), *workload.notes):
+        for workload in (w for name, w in self.trials.workloads.items() if name in config.workloads):
+            for note in (too_small(workload, config.measure.most_requests), *workload.notes):  # not a context level's
                 if note:
                     self.emit(Note(text=note))
         for note in reclaim_leases(self.paths.leases, grace_s=config.server.stop_grace_s):
