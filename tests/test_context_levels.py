@@ -134,7 +134,7 @@ def _context_profile(folder: Path) -> Path:
 
 
 def _starts(output: str) -> int:
-    found = re.search(r"\((\d+) server starts this run\)", output)
+    found = re.search(r"\((\d+) server starts this run\)", " ".join(output.split()))  # lines wrap
     assert found, output
     return int(found.group(1))
 
