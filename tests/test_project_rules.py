@@ -35,6 +35,18 @@ def test_every_test_file_a_ci_script_names_exists() -> None:
         assert not missing, f"{script.name} names test files that do not exist: {missing}"
 
 
+def test_the_newcomer_check_looks_for_what_the_readme_shows_the_first_command_print() -> None:
+    """scripts/check-newcomer greps the first command's output for a recommendation and a paste:
+    each of its patterns must match the output the README shows, or CI fails a working command."""
+    script = (ROOT / "scripts" / "check-newcomer").read_text()
+    patterns = re.findall(r'grep -q (?:-- )?"([^"]+)" "\$work/out.txt"', script)
+    assert len(patterns) == 2, patterns
+    readme = (ROOT / "README.md").read_text()
+    shown = readme.split("```", 4)[3]  # the block after the two commands: what a study prints
+    for pattern in patterns:
+        assert re.search(pattern.replace("{", r"\{"), shown, re.MULTILINE), f"{pattern!r} is not in the README's output"
+
+
 def test_layer_contracts_hold() -> None:
     """analysis/ and engines/ import no I/O library; layers import downwards only."""
     result = run(installed_tool("lint-imports"), "--no-cache")
