@@ -14,7 +14,7 @@ import pytest
 from .builders import emulator_study, specsweep, write_study
 
 CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-PASTES = ("--speculative-config", "--spec-", "{", "speculative")  # a paste line is never wrapped
+PASTES = ("--speculative-config '{",)  # a paste line is never wrapped
 SHAPES = [(80, False), (120, False), (80, True), (120, True)]
 
 
