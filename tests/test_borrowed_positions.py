@@ -88,3 +88,13 @@ def test_nothing_is_borrowed_from_a_lender_measured_no_further() -> None:
     shorter = fitted(GREEDY[:4], 2000, seed=10)
     assert lend_positions(own, shorter) is own
     assert lend_positions(own, fitted(GREEDY[:5], 2000, seed=11)) is own
+
+
+def test_a_lender_whose_drafts_were_never_accepted_gives_finite_predictions() -> None:
+    """Positions the lender never reached have no rate of their own: no NaN reaches the borrower."""
+    own = fit_acceptance(num_drafts=100, accepted_per_position=[30, 10], k_max=6)
+    lender = fit_acceptance(num_drafts=100, accepted_per_position=[0, 0, 0, 0], k_max=6)
+    lent = lend_positions(own, lender)
+    assert lent.borrowed is not None
+    assert all(np.isfinite([p.per_position_low, p.per_position, p.per_position_high]).all() for p in lent.prediction)
+    assert all(0 <= p.per_position <= 0.1 for p in lent.prediction[2:])  # past the own 10%, never more

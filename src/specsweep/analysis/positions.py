@@ -81,7 +81,7 @@ def lend_positions(fit: AcceptanceFit, lender: AcceptanceFit) -> AcceptanceFit:
     reached, accepted = counts[:-1], counts[1:]
     lender_counts = np.asarray([lender.num_drafts, *lender.accepted_per_position], dtype=float)
     lender_counts = lender_counts / lender.design_effect
-    base = logit(np.clip(saturated_conditional(lender_counts)[:own], _CLIP, 1 - _CLIP))
+    base = logit(np.clip(np.nan_to_num(saturated_conditional(lender_counts)[:own], nan=0.0), _CLIP, 1 - _CLIP))
 
     def minus_log_likelihood(shift: float) -> float:
         q = np.clip(expit(base + shift), _CLIP, 1 - _CLIP)
