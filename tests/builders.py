@@ -77,6 +77,14 @@ def write_study(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
+def measured_study(folder: Path, name: str, *, k: tuple[int, int]) -> Path:
+    """A small emulator study run once in ``folder`` (2 requests of 30 tokens per level); its folder."""
+    write_study(folder / "s.toml", emulator_study(name, k=k, requests=2, max_tokens=30))
+    result = specsweep("study", "--config", "s.toml", cwd=folder, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return folder / "studies" / name
+
+
 def exact_rig(
     profile_name: str,
     method: str,

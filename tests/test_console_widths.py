@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .builders import emulator_study, specsweep, write_study
+from .builders import measured_study, specsweep
 
 CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 PASTES = ("--speculative-config '{",)  # a paste line is never wrapped
@@ -34,11 +34,7 @@ def _env(width: int, terminal: bool) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def stored_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("widths")
-    write_study(folder / "s.toml", emulator_study("wide", k=(1, 3), requests=2, max_tokens=30))
-    result = specsweep("study", "--config", "s.toml", cwd=folder, timeout=300)
-    assert result.returncode == 0, result.stderr
-    return folder / "studies" / "wide"
+    return measured_study(tmp_path_factory.mktemp("widths"), "wide", k=(1, 3))
 
 
 @pytest.mark.parametrize(("width", "terminal"), SHAPES)

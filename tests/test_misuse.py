@@ -39,7 +39,7 @@ from typer.testing import CliRunner
 from specsweep.cli import app, old_spellings
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
 
-from .builders import emulator_study, specsweep, write_study
+from .builders import emulator_study, measured_study, specsweep, write_study
 from .misuse_cases import SERVER_MODES, Case, Link, all_cases
 
 CASES = all_cases()
@@ -180,11 +180,7 @@ def wrong_servers() -> Iterator[dict[str, str]]:
 @pytest.fixture(scope="module")
 def stored_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small emulator study measured once, for the cases of report, recommend and rig."""
-    folder = tmp_path_factory.mktemp("stored")
-    write_study(folder / "s.toml", emulator_study("tiny", k=(1, 2), requests=2, max_tokens=30))
-    result = specsweep("study", "--config", "s.toml", cwd=folder, timeout=300)
-    assert result.returncode == 0, result.stderr
-    return folder / "studies" / "tiny"
+    return measured_study(tmp_path_factory.mktemp("stored"), "tiny", k=(1, 2))
 
 
 def _closed_url() -> str:
