@@ -139,17 +139,20 @@ def test_widths_that_move_with_k_pick_the_true_best_where_a_batch_pads() -> None
 def test_without_the_widths_a_staircase_is_carried_by_the_deviations_of_what_was_measured() -> None:
     """Told no captured widths, the model cannot know the staircase: a measured configuration still
     leans on what it measured (its deviation), so every measured step time stays within 4% of the
-    truth, where the parts alone miss the largest by more."""
+    truth, and closer than the parts alone at the step they miss most."""
     truth, _, drafter = SHAPES["staircase"]
     posterior = fit_step_model(study(truth, drafter, seed=0, start_sd=0.01))
     assert posterior.cell_sd > 0.01  # the physics alone misses the steps
-    misses = []
+    physics, measured = [], []
     for k in (0, 1, 3, 5, 8):
         for b in (1, 4):
             cell = Cell(concurrency=b, num_speculative_tokens=k, drafter=drafter if k else None)
-            misses.append(abs(posterior.physics_s(cell) / truth(b, k) - 1))
+            physics.append(abs(posterior.physics_s(cell) / truth(b, k) - 1))
+            measured.append(abs(posterior.mean_s(cell) / truth(b, k) - 1))
             assert posterior.mean_s(cell) == pytest.approx(truth(b, k), rel=0.04)
-    assert max(misses) > 0.04
+    worst = int(np.argmax(physics))
+    assert physics[worst] > 0.03  # the staircase is beyond what a line carries
+    assert measured[worst] < physics[worst] - 0.005  # its deviation carries part of it
 
 
 @pytest.mark.parametrize("start_sd", [0.02, 0.05, 0.10])
