@@ -24,7 +24,7 @@ aggregate rate R). Its logarithm is
 
 Priors (stated in docs/math.md): sigma_start is scaled-inverse-chi-square at the engine's usual
 run noise (``RunNoisePrior``); tau at ``TAU_PRIOR`` (1%: what the physics, the captured widths
-included, misses on every rig's noise-free truth, 0.83% root-mean-square at most); gamma_m
+included, misses on every rig's noise-free truth, 0.86% root-mean-square at most); gamma_m
 normal at 0 with sd ``GAMMA_PRIOR_SD``; theta a weak ridge that only pins directions the data
 leave free. Variance components maximise the restricted
 marginal likelihood times their priors; theta and gamma are then the generalised least squares
@@ -48,7 +48,7 @@ from specsweep.types import CapturedWidths, RunNoisePrior
 
 TAU_PRIOR = RunNoisePrior(
     relative_sd=0.01, df=2,
-    source="what the physics misses on the rigs' own truth: 0.83% rms at most (bench/step_model_misfit.py)",
+    source="what the physics misses on the rigs' own truth: 0.86% rms at most (bench/step_model_misfit.py)",
 )  # fmt: skip
 START_PRIOR = RunNoisePrior(relative_sd=0.05, df=2, source="no engine named: a start-to-start spread of 5%")
 GAMMA_PRIOR_SD = 0.10  # probabilistic over greedy step time: 1.00 to 1.09 on the rigs modelled so far
