@@ -37,10 +37,13 @@ def fixed_fields(method: str) -> dict:
     return {"method": method, **({"model": "draft-head"} if method in METHODS_NEEDING_MODEL else {})}
 
 
-def truth_rates(profile_name: str, levels=LEVELS) -> dict[tuple[str, int], dict[Candidate, float]]:
-    """Every configuration's true rate per cell."""
+def truth_rates(
+    profile_name: str, levels=LEVELS, *, prompts: dict[str, int] | None = None, rate: str = "output_tokens_per_s"
+) -> dict[tuple[str, int], dict[Candidate, float]]:
+    """Every configuration's true rate per cell (``rate``: a LevelTruth field; ``prompts``: each
+    workload's prompt tokens, by default the bundled workload's own)."""
     profile = load_profile(profile_name)
-    prompts = {w: workload_prompt_tokens(w) for w in WORKLOADS}
+    prompts = prompts or {w: workload_prompt_tokens(w) for w in WORKLOADS}
     fixed = fixed_fields(profile.methods[0])
     configs = [None] + [
         validate_speculative_config({**fixed, "num_speculative_tokens": k, "draft_sample_method": m})
@@ -52,7 +55,7 @@ def truth_rates(profile_name: str, levels=LEVELS) -> dict[tuple[str, int], dict[
         truth = compute_truth(profile, config, profile.reference_temperature, levels, prompt_tokens=prompts)
         for workload in WORKLOADS:
             for level in truth[workload].levels:
-                out.setdefault((workload, level.concurrency), {})[candidate_of(config)] = level.output_tokens_per_s
+                out.setdefault((workload, level.concurrency), {})[candidate_of(config)] = getattr(level, rate)
     return out
 
 
@@ -83,8 +86,11 @@ def run_study(
     time_scale: float | None = None,
     levels: tuple[int, ...] = LEVELS,
     tag: str = "",
+    context: tuple[int, ...] = (),
+    workloads: tuple[str, ...] = WORKLOADS,
 ) -> StudyOutcome:
-    """One seeded study; ``requests`` a fixed budget per level, else adaptive up to ``max_requests``."""
+    """One seeded study; ``requests`` a fixed budget per level, else adaptive up to ``max_requests``;
+    ``context``: the context levels each workload is measured at too (``measure.context``)."""
     profile = load_profile(profile_name)
     scale = time_scale or TIME_SCALE.get(profile.name, 20.0)
     config = StudyConfig(
@@ -98,9 +104,9 @@ def run_study(
         ),
         search=SearchSpace(num_speculative_tokens=(1, K_MAX), draft_sample_method=METHODS,
                            fixed=fixed_fields(profile.methods[0])),
-        workloads=dict.fromkeys(WORKLOADS, 1.0),
+        workloads=dict.fromkeys(workloads, 1.0),
         measure=MeasureConfig(concurrency=levels, requests=requests, max_requests=max_requests, max_tokens=600,
-                              temperature=profile.reference_temperature),
+                              temperature=profile.reference_temperature, context=context),
         objective=Objective(concurrency=min(levels)),
     )  # fmt: skip
     return StudyRunner(config, study_paths(config, folder)).run()
