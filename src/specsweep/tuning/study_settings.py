@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import optuna
 
-from specsweep.engines.registry import known_engine
+from specsweep.engines.registry import known_engine, server_args_without_spec
 from specsweep.tuning.records import measured_configs
 from specsweep.types import CapturedWidths, Configuration, MeasuredConfig, RunNoisePrior, StudySettings
 
@@ -60,6 +60,7 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
         tolerance=float(attrs.get("tolerance") or 0.01),
         noise_prior=_engine_noise(str(attrs.get("engine", "vllm"))),
         engine_version=_engine_version(study),
+        server_args=_server_args(study, str(attrs.get("engine", "vllm"))),
         engine_flags=frozenset(flags) if flags else None,
         max_itl_p99_s=attrs.get("max_itl_p99_s"),
         captured_widths=stored_captured_widths(study),
@@ -84,6 +85,16 @@ def _engine_version(study: optuna.Study) -> str | None:
         server = trial.user_attrs.get("server")
         if isinstance(server, dict) and server.get("engine_version"):
             return str(server["engine_version"])
+    return None
+
+
+def _server_args(study: optuna.Study, engine: str) -> tuple[str, ...] | None:
+    """The flags the study's latest started server ran, spec flags, place and secrets aside (None:
+    no trial kept a command line; attach mode, where the user starts the server, keeps none)."""
+    for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: -t.number):
+        argv = trial.user_attrs.get("argv")
+        if isinstance(argv, list) and argv:
+            return server_args_without_spec(engine, [str(a) for a in argv])
     return None
 
 
