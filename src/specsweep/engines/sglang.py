@@ -46,8 +46,10 @@ Other methods (ngram_gpu, suffix, custom_class) have no SGLang name and are refu
 start. A per-batch-size choice is SGLang's adaptive config (``srt/speculative/adaptive_spec_params.py``):
 ``--speculative-adaptive --speculative-adaptive-config FILE``, a JSON of batch-size lower bounds
 each with its ``candidate_steps``; one candidate pins a range. It drives EAGLE and EAGLE3 with
-topk 1 only (line 61; other algorithms fall back to static steps with a warning), so with the
-other methods the paste runs one k (analysis/snippet_plan.py).
+topk 1 only (line 61; other algorithms fall back to static steps with a warning), and some of the
+server's other flags turn it off the same way or stop the server from starting
+(:func:`table_refusal`): there the paste runs one k (analysis/snippet_plan.py). ``/server_info``
+says whether it runs (:func:`adaptive_state`).
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ def table_refusal(
 
 def adaptive_off_reason(args: Sequence[str]) -> str | None:
     """What in a command line makes SGLang turn adaptive mode off, warning in its log only, and run
-    static steps (``adaptive_unsupported_reason``, adaptive_spec_params.py lines 56 to 101, called
+    static steps (``adaptive_unsupported_reason``, adaptive_spec_params.py lines 56 to 100, called
     by ``_maybe_disable_adaptive``, speculative_hook.py lines 261 to 262 and 1374 to 1390)."""
     for flag, what in ADAPTIVE_OFF_FLAGS.items():
         if _given(args, flag):
@@ -156,7 +158,7 @@ def adaptive_off_reason(args: Sequence[str]) -> str | None:
 
 def adaptive_start_refusal(args: Sequence[str]) -> str | None:
     """Why SGLang refuses to start at all with adaptive mode under a command line (None: it starts):
-    LoRA (``check_lora_speculative_compatibility``, lora_hook.py lines 240 to 300, adaptive at 278)
+    LoRA (``check_lora_speculative_compatibility``, lora_hook.py lines 240 to 303, adaptive at 278)
     and HiSparse (hisparse_hook.py lines 123 to 127)."""
     for flag, what in ADAPTIVE_REFUSING_FLAGS.items():
         if _given(args, flag):
