@@ -11,23 +11,28 @@ mode fails the trial instead of measuring one k under a table's label.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import httpx
+import optuna
 import pytest
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
 from specsweep.analysis.recommendation import CandidateRate, Recommendation
-from specsweep.analysis.snippet_plan import plan_snippet
+from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
 from specsweep.config import parse_study_config
 from specsweep.engines import sglang, vllm_tables
 from specsweep.engines.registry import engine_info
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError, LaunchError
+from specsweep.report.study_report import snippet_for
 from specsweep.runtime import trial_server
 from specsweep.runtime.identity import ServerIdentity, read_identity
 from specsweep.runtime.trial_server import TrialServer
 from specsweep.tuning.plan import plan_study
+from specsweep.tuning.study_settings import read_study_settings
+from specsweep.types import StudySettings
 
 TABLE = [[1, 2, 3], [3, 64, 1]]
 
@@ -234,3 +239,58 @@ def test_a_trial_whose_server_turned_adaptive_off_fails_instead_of_measuring_one
     with pytest.raises(LaunchError, match="does not run the per-batch-size table: SGLang was started with"):
         server.start(_spec("eagle"), trial=0)
     server.start(validate_speculative_config({"method": "eagle", "model": "d", "num_speculative_tokens": 3}), trial=1)
+
+
+def test_the_study_keeps_the_flags_its_server_ran_or_the_launch_command_an_attached_one_gave() -> None:
+    """The paste is planned with the latest started server's flags (spec flags, place and secrets
+    aside); in attach mode, where no command is kept, with SGLang's own launch command."""
+    study = optuna.create_study()
+    for name, value in (("engine", "sglang"), ("concurrency", [1]), ("workloads", {"w": 1.0})):
+        study.set_user_attr(name, value)
+    assert read_study_settings(study, []).server_args is None  # no server started yet
+    started = ["python", "-m", "sglang.launch_server", "--port", "30001", "--enable-pdmux",
+               "--speculative-algorithm", "EAGLE", "--api-key", "sk-secret"]  # fmt: skip
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={"argv": started}))
+    assert read_study_settings(study, []).server_args == (
+        "python", "-m", "sglang.launch_server", "--enable-pdmux", "--api-key", "***",
+    )  # fmt: skip
+    info = {"version": "0.5.23", "speculative_algorithm": "EAGLE3", "speculative_adaptive": False,
+            "launch_command": "python -m sglang.launch_server --attn-dp-size 2 --api-key sk-secret "
+                              "--speculative-adaptive"}  # fmt: skip
+    attached = _identity(info)
+    assert attached.launch_args is not None and "sk-secret" not in attached.launch_args
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={"argv": [], "server": asdict(attached)}))
+    args = read_study_settings(study, []).server_args
+    assert args is not None and "--attn-dp-size" in args and "sk-secret" not in args
+    assert "attention data parallelism" in (
+        engine_info("sglang").table_refusal_on(args, "0.5.23")(_spec("eagle")) or ""
+    )
+
+
+class _Analysis:
+    """The one thing snippet_for asks of an analysis: the plan of a workload."""
+
+    def __init__(self, plan: SnippetPlan) -> None:
+        self.plan = plan
+
+    def snippet(self, workload: str) -> SnippetPlan:
+        return self.plan
+
+
+def test_a_vllm_032_paste_carries_the_graph_mode_line_for_the_measured_server() -> None:
+    suffix = _spec("suffix")
+    plan = SnippetPlan(
+        workload="w", spec=suffix, choice_by_concurrency={}, table=suffix.num_speculative_tokens_per_batch_size,
+        max_batch=64, max_batch_known=True, given_up=(), untested=(),
+    )  # fmt: skip
+    settings = StudySettings(
+        workload_weights={"w": 1.0}, concurrency_levels=(1, 8), objective_concurrency=1, k_range=(1, 3),
+        baseline=None, engine="vllm", engine_version="0.32.0", server_args=("vllm", "serve", "m"),
+    )  # fmt: skip
+    text = snippet_for(_Analysis(plan), "w", "vllm", settings=settings)  # type: ignore[arg-type]
+    comment, flags = text.splitlines()
+    assert comment.startswith("# vLLM 0.32 runs suffix on its V1 model runner, where this table turns")
+    assert flags.startswith("--speculative-config ")
+    assert snippet_for(_Analysis(plan), "w", "json", settings=settings).startswith("{")  # JSON has no comments
+    on_033 = replace(settings, engine_version="0.33.0")
+    assert not snippet_for(_Analysis(plan), "w", "vllm", settings=on_033).startswith("#")

@@ -11,6 +11,7 @@ from dataclasses import replace
 import optuna
 
 from specsweep.engines.registry import known_engine, server_args_without_spec
+from specsweep.runtime.identity import ServerIdentity
 from specsweep.tuning.records import measured_configs
 from specsweep.types import CapturedWidths, Configuration, MeasuredConfig, RunNoisePrior, StudySettings
 
@@ -89,11 +90,15 @@ def _engine_version(study: optuna.Study) -> str | None:
 
 
 def _server_args(study: optuna.Study, engine: str) -> tuple[str, ...] | None:
-    """The flags the study's latest started server ran, spec flags, place and secrets aside (None:
-    no trial kept a command line; attach mode, where the user starts the server, keeps none)."""
+    """The flags the study's latest started server ran, spec flags, place and secrets aside: the
+    command it was started with, or in attach mode (where the user starts it) the one the server
+    gave of itself (SGLang's launch command). None: no trial kept either."""
     for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: -t.number):
         argv = trial.user_attrs.get("argv")
-        if isinstance(argv, list) and argv:
+        if not argv:
+            said = ServerIdentity.from_stored(trial.user_attrs.get("server"))
+            argv = said.launch_args if said is not None else None
+        if isinstance(argv, list | tuple) and argv:
             return server_args_without_spec(engine, [str(a) for a in argv])
     return None
 
