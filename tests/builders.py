@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from typing import Any
 import tomli_w
 
 from specsweep.config import StudyConfig, parse_study_config
+from specsweep.report.snippets import HEREDOC_END
 
 
 def emulator_study(
@@ -172,3 +174,16 @@ def picks_of(stdout: str) -> dict[tuple[str, int], str]:
             name, level = cell.rsplit(" at ", 1)
             picks[(name, int(level))] = pick
     return picks
+
+
+def run_sglang_paste(text: str, cwd: Path) -> list[str]:
+    """Do what a user does with an SGLang paste, in ``cwd``: run its shell lines (the heredoc that
+    writes an adaptive config) with bash, and give back its flags as the server's command line
+    would take them."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("cat > ")]
+    if starts:
+        end = lines.index(HEREDOC_END, starts[0])
+        subprocess.run(["bash", "-c", "\n".join(lines[starts[0] : end + 1])], cwd=cwd, check=True)
+        lines = lines[: starts[0]] + lines[end + 1 :]
+    return shlex.split("\n".join(lines), comments=True)

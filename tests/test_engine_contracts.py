@@ -21,7 +21,7 @@ import json
 import shlex
 import subprocess
 from dataclasses import replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import httpx
@@ -31,11 +31,14 @@ from specsweep.analysis.recommendation import batch_size_table
 from specsweep.config import SearchSpace
 from specsweep.engines import llamacpp, sglang, vllm
 from specsweep.engines.registry import engine_info
+from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
-from specsweep.report.snippets import render_snippet, write_adaptive_config
+from specsweep.report.snippets import render_snippet
 from specsweep.runtime.launcher import ServerProcess, free_port
 from specsweep.tuning.space import build_space
 from specsweep.types import SpeculativeConfig
+
+from .builders import run_sglang_paste
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.slow]
 
@@ -66,10 +69,10 @@ def with_tables(spec: SpeculativeConfig, max_num_seqs: int) -> list[SpeculativeC
     return out
 
 
-def _run(python: str, script: str, request: dict, *, timeout_s: float = 900) -> list[dict]:
+def _run(python: str, script: str, request: dict, *, timeout_s: float = 900, cwd: Path | None = None) -> list[dict]:
     done = subprocess.run(
         [python, str(CONTRACTS / script)], input=json.dumps(request), capture_output=True, text=True,
-        timeout=timeout_s, check=False,
+        timeout=timeout_s, check=False, cwd=cwd,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -168,14 +171,20 @@ def test_sglang_resolves_every_paste_to_what_specsweep_meant(real_sglang, tmp_pa
             plans.append((on, spec, None))
         if sglang.table_refusal(spec) is None:
             for table_spec in with_tables(spec, 64):
-                path = write_adaptive_config(table_spec, tmp_path, f"{method}-{len(plans)}")
-                plans.append((on, table_spec, path))
+                plans.append((on, table_spec, tmp_path / "server" / f"{method}-{len(plans)}.json"))
+    # Each paste is run as a user runs it, from a directory of its own: its heredoc writes the
+    # adaptive config at the absolute path its flags name; SGLang then parses the flags elsewhere.
+    (tmp_path / "server").mkdir()
+    pasted, parsed = tmp_path / "pasted-here", tmp_path / "sglang-runs-here"
+    pasted.mkdir()
+    parsed.mkdir()
     cases = [
         ["--model-path", on, "--skip-tokenizer-init", "--device", "cuda",
-         *shlex.split(render_snippet(spec, "sglang", adaptive_config_path=path), comments=True)]
+         *run_sglang_paste(render_snippet(spec, "sglang", adaptive_config_path=path and PurePosixPath(path)), pasted)]
         for on, spec, path in plans
     ]  # fmt: skip
-    results = _run(real_sglang, "sglang_resolve.py", {"cases": cases})
+    assert list(pasted.iterdir()) == []
+    results = _run(real_sglang, "sglang_resolve.py", {"cases": cases}, cwd=parsed)
     for (_, spec, path), result in zip(plans, results, strict=True):
         assert result["ok"], (spec.to_json(), result["error"])
         got = result["resolved"]
@@ -189,10 +198,40 @@ def test_sglang_resolves_every_paste_to_what_specsweep_meant(real_sglang, tmp_pa
         )
         assert got["speculative_adaptive"] is (path is not None)
         if path is not None:
+            assert got["speculative_adaptive_config"] == str(path)
             loaded = json.loads(path.read_text())
             assert {int(b): e["candidate_steps"] for b, e in loaded.items()} == {
                 r.start: [r.num_speculative_tokens] for r in spec.num_speculative_tokens_per_batch_size
             }
+
+
+# The flags beside which specsweep says SGLang turns adaptive mode off (engines/sglang.py), and
+# some it says leave it on; SGLang's own resolution must agree.
+ADAPTIVE_FLAG_CASES = (
+    [], ["--enable-two-batch-overlap"], ["--enable-pdmux"], ["--enable-multi-layer-eagle"],
+    ["--attn-dp-size", "2", "--tp-size", "2"], ["--dp-size", "2", "--enable-dp-attention", "--tp-size", "2"],
+    ["--dp-size", "2"], ["--tp-size", "2"],
+)  # fmt: skip
+
+
+def test_sglang_turns_adaptive_mode_off_where_specsweep_says_it_does(real_sglang, tmp_path: Path) -> None:
+    target, draft = _model_dir(tmp_path / "target"), _model_dir(tmp_path / "draft")
+    spec = validate_speculative_config({"method": "eagle3", "model": draft, "num_speculative_tokens": 3})
+    (table_spec, *_) = with_tables(spec, 64)
+    flags = run_sglang_paste(
+        render_snippet(table_spec, "sglang", adaptive_config_path=PurePosixPath(tmp_path / "a.json")), tmp_path
+    )
+    cases = [
+        ["--model-path", target, "--skip-tokenizer-init", "--device", "cuda", *flags, *more]
+        for more in ADAPTIVE_FLAG_CASES
+    ]
+    results = _run(real_sglang, "sglang_resolve.py", {"cases": cases})
+    for more, result in zip(ADAPTIVE_FLAG_CASES, results, strict=True):
+        assert result["ok"], (more, result["error"])
+        said = sglang.table_refusal(table_spec, more, "0.5.23")
+        assert result["resolved"]["speculative_adaptive"] is (said is None), (more, said)
+        # off, SGLang runs its static steps: the largest k, which the paste's one-k plan then names
+        assert result["resolved"]["speculative_num_steps"] == table_spec.num_speculative_tokens
 
 
 # --- llama.cpp -------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import PurePosixPath
 
 import pytest
 import yaml
@@ -13,6 +14,8 @@ from hypothesis import strategies as st
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.report.snippets import FORMATS, render_snippet
+
+from .builders import run_sglang_paste
 
 DSPARK = validate_speculative_config(
     {"method": "dspark", "num_speculative_tokens": 3, "draft_sample_method": "probabilistic"}
@@ -110,21 +113,28 @@ def test_methods_sglang_has_no_name_for_are_refused_before_any_start(method: str
 
 def test_sglang_per_batch_size_choice_is_an_adaptive_config_that_pins_each_range(tmp_path) -> None:
     """EAGLE's table becomes --speculative-adaptive with a config file of one candidate per
-    range (adaptive_spec_params.py); DSPARK's adaptive mode does not exist, so no table is pasted."""
-    from specsweep.report.snippets import write_adaptive_config
+    range (adaptive_spec_params.py); DSPARK's adaptive mode does not exist, so no table is pasted.
+    The paste is self-contained: run from any directory, it writes the file at the absolute path
+    its flags name."""
+    from specsweep.report.snippets import adaptive_config_path_for
 
     eagle = validate_speculative_config(
         {"method": "eagle", "model": "m", "num_speculative_tokens": 2,
          "num_speculative_tokens_per_batch_size": [[1, 2, 2], [3, 4, 1], [5, 64, 0]]}
     )  # fmt: skip
-    path = write_adaptive_config(eagle, tmp_path, "technical")
-    assert json.loads(path.read_text()) == {
+    server_path = tmp_path / "server" / "adaptive.json"
+    server_path.parent.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    text = render_snippet(eagle, "sglang", adaptive_config_path=PurePosixPath(server_path))
+    flags = run_sglang_paste(text, elsewhere)
+    assert json.loads(server_path.read_text()) == {
         "1": {"candidate_steps": [2]}, "3": {"candidate_steps": [1]}, "5": {"candidate_steps": [0]},
     }  # fmt: skip
-    flags = shlex.split(render_snippet(eagle, "sglang", adaptive_config_path=path), comments=True)
-    assert flags[-3:] == ["--speculative-adaptive", "--speculative-adaptive-config", str(path)]
+    assert flags[-3:] == ["--speculative-adaptive", "--speculative-adaptive-config", str(server_path)]
     assert flags[flags.index("--speculative-num-steps") + 1] == "2"  # the largest candidate: in every union
-    inline = render_snippet(eagle, "sglang")
-    assert "--speculative-adaptive-config sglang-adaptive.json" in inline and '#   "3": {' in inline
+    assert list(elsewhere.iterdir()) == []  # nothing written where the paste ran
+    assert str(adaptive_config_path_for("tech nical")) == "/tmp/sglang-adaptive-tech_nical.json"
+    assert "--speculative-adaptive-config /tmp/sglang-adaptive.json" in render_snippet(eagle, "sglang")
     with pytest.raises(ConfigError, match="adaptive config drives EAGLE and EAGLE3 only, not DSPARK"):
         render_snippet(PER_BATCH, "sglang")

@@ -366,6 +366,7 @@ class StudySettings:
     noise_prior: RunNoisePrior | None = None  # the engine's (engines/registry.py), not stored
     engine_version: str | None = None  # what the measured server said of itself (its vocabulary)
     engine_flags: frozenset[str] | None = None  # the flag names the server binary's --help listed (llama.cpp)
+    server_args: tuple[str, ...] | None = None  # the latest measured server's flags, spec flags aside (None: not known)
     max_itl_p99_s: float | None = None  # a latency target the recommendation keeps to (analysis/latency.py)
     # the verified widths the server captured graphs for, per draft length (empty: not known; steps unpadded)
     captured_widths: CapturedWidths = field(default_factory=CapturedWidths)

@@ -109,7 +109,11 @@ def plan_snippet(
         single, lines = _one_k(drafter, runs, by_rec, refusal)
         choice = {b: row.candidate for b, row in single.items()}
         k = max(c.num_speculative_tokens for c in choice.values())
-        spec = None if k == 0 else replace(templates[drafter], num_speculative_tokens=k)
+        spec = (
+            None
+            if k == 0
+            else replace(templates[drafter], num_speculative_tokens=k, num_speculative_tokens_per_batch_size=None)
+        )
         return SnippetPlan(
             workload=workload, spec=spec, choice_by_concurrency=choice, table=(), max_batch=max_batch,
             max_batch_known=max_num_seqs is not None, given_up=tuple(given_up + lines), untested=tuple(untested),

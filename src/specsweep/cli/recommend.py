@@ -63,4 +63,4 @@ def recommend(
     known = engine.vocabulary_note(stored.settings.engine_version) if engine.name == stored.settings.engine else None
     for line in [*(plan.given_up if plan else ()), *([known] if known else [])]:
         typer.echo(f"# {line}", err=fmt == "json")
-    typer.echo(snippet_for(analysis, chosen, fmt, settings=stored.settings, folder=folder))
+    typer.echo(snippet_for(analysis, chosen, fmt, settings=stored.settings))

@@ -96,6 +96,6 @@ def report(
     if limit_s:
         said = "" if verbose else "; --verbose says where it is not met"
         console.print(f"latency target: inter-token latency p99 at most {1000 * limit_s:g} ms{said}")
-    print_paste(console, analysis, fmt, settings=settings, folder=target)
+    print_paste(console, analysis, fmt, settings=settings)
     written = [p.name for p in (files.markdown, files.html, files.results, files.table) if p is not None]
     console.print(f"\nwrote {', '.join(written)} and {len(files.figures)} figures in {files.folder}")

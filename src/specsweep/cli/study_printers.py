@@ -9,7 +9,6 @@ Every line fits ``WIDTH`` columns except the paste, which is never wrapped or cu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from rich import box
 from rich.console import Console
@@ -184,11 +183,8 @@ def print_picks(out: Console, analysis: StudyAnalysis, *, verbose: bool) -> None
         out.print(f"[yellow]note:[/yellow] {note}")
 
 
-def print_paste(
-    out: Console, analysis: StudyAnalysis, fmt: str, *, settings: StudySettings | None, folder: Path | None = None
-) -> None:
-    """Each workload's paste, whole: never wrapped or cut, whatever the console's width (an SGLang
-    adaptive config written into ``folder``, when one is given)."""
+def print_paste(out: Console, analysis: StudyAnalysis, fmt: str, *, settings: StudySettings | None) -> None:
+    """Each workload's paste, whole: never wrapped or cut, whatever the console's width."""
     for workload in analysis.workloads:
         plan = analysis.snippet(workload)
         if plan is None:
@@ -200,5 +196,5 @@ def print_paste(
         out.print(f"\n[bold]paste[/bold] for {workload}{table}:")
         for line in plan.notes:
             out.print(f"[yellow]note:[/yellow] {line}")
-        paste = snippet_for(analysis, workload, fmt, settings=settings, folder=folder)
+        paste = snippet_for(analysis, workload, fmt, settings=settings)
         out.print(paste, soft_wrap=True, markup=False, highlight=False)

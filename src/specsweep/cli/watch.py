@@ -17,6 +17,7 @@ from specsweep.analysis.series import intervals_from_snapshots
 from specsweep.cli.options import check_duration, check_url, one_of, seconds_of
 from specsweep.cli.watch_printers import print_watch, watch_view
 from specsweep.engines.registry import EngineInfo, max_num_seqs_flag
+from specsweep.engines.sglang import adaptive_line
 from specsweep.errors import ConfigError
 from specsweep.report.snippets import FORMATS, snippet_format_for
 from specsweep.rigs.file import check_server_against_rig, load_rig
@@ -144,14 +145,17 @@ def watch(
     window_s = seconds_of(window, flag="--window") if window else 3600.0
     clock = ServerClock()
     unchecked: tuple[str, ...] = ()
+    adaptive = None  # SGLang's adaptive mode, as the server says
     if endpoint is not None:
         identity = read_server_identity(endpoint, engine)
-        clock = identity.clock
+        clock, adaptive = identity.clock, identity.adaptive
         if loaded is not None:
             unchecked = check_server_against_rig(
                 loaded, identity, server_args=shlex.split(server_args) if server_args else None
             )
     out = Console(soft_wrap=True, stderr=json_lines)
+    if adaptive is not None:
+        out.print(adaptive_line(adaptive), markup=False, highlight=False)
 
     def settings_for(info: EngineInfo) -> WatchSettings:
         spec = info.validate_spec(raw) if running_config else None

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from specsweep.engines import llamacpp, sglang, vllm, vllm_graphs
+from specsweep.engines import llamacpp, sglang, vllm, vllm_graphs, vllm_tables
 from specsweep.errors import ConfigError
 from specsweep.secrets import mask_argv
 from specsweep.templates import SHELLS
@@ -51,8 +51,17 @@ class EngineInfo:
     accept_length_gauge: str | None = None  # mean tokens per verification step, where no counters exist
     per_batch_size_tables: bool = False  # takes num_speculative_tokens_per_batch_size
     run_noise: RunNoisePrior = USUAL_RUN_NOISE  # what its starts usually vary by
-    # Why the engine cannot run a per-batch-size choice with a spec config (None: it can).
-    table_refusal: Callable[[SpeculativeConfig], str | None] = lambda spec: None
+    # Why the engine cannot run a per-batch-size choice with a spec config, on a server started with
+    # these flags (spec flags aside; None: not known) at this version (None: it can).
+    table_refusal: Callable[[SpeculativeConfig, Sequence[str] | None, str | None], str | None] = (
+        lambda spec, server_args, version: None
+    )
+    # Why a server started with these flags (spec flags aside) refuses to start with a table at all.
+    table_start_refusal: Callable[[Sequence[str]], str | None] = lambda server_args: None
+    # Comment lines a paste of a spec config carries for such a server (what its table changes).
+    paste_notes: Callable[[SpeculativeConfig, Sequence[str] | None, str | None], tuple[str, ...]] = (
+        lambda spec, server_args, version: ()
+    )
     # Why a server that started does not run the configuration asked, from its log (None: it does).
     boot_refusal: Callable[[str], str | None] = lambda log: None
     # The flags that bound a request's prompt and completion tokens (the server's max model length).
@@ -64,6 +73,12 @@ class EngineInfo:
     graph_widths: Callable[[str | None, Sequence[str], SpeculativeConfig | None], tuple[int, ...] | None] = (
         lambda version, argv, spec: None
     )
+
+    def table_refusal_on(
+        self, server_args: Sequence[str] | None, version: str | None
+    ) -> Callable[[SpeculativeConfig], str | None]:
+        """:attr:`table_refusal` for one server (its flags and version), as the paste plan takes it."""
+        return lambda spec: self.table_refusal(spec, server_args, version)
 
     def spec_args(self, spec: SpeculativeConfig | None, *, help_flags: frozenset[str] | None = None) -> list[str]:
         """The engine's flags for ``spec``; ``help_flags``: what the server binary's --help lists, if read."""
@@ -83,6 +98,8 @@ _VLLM = EngineInfo(
     finished_requests=vllm.REQUEST_SUCCESS + "_total",
     per_batch_size_tables=True,
     graph_widths=vllm_graphs.captured_widths,
+    table_refusal=vllm_tables.table_refusal,
+    paste_notes=vllm_tables.paste_notes,
 )
 
 ENGINES = {
@@ -100,7 +117,7 @@ ENGINES = {
         never_drafts=llamacpp.never_drafts,
         looks_up=llamacpp.looks_up,
         parse_help=llamacpp.parse_help_flags,
-        table_refusal=llamacpp.table_refusal,
+        table_refusal=lambda spec, server_args, version: llamacpp.table_refusal(spec),
         vocabulary_note=llamacpp.vocabulary_note,
         boot_refusal=llamacpp.boot_refusal,
         context_flags=llamacpp.CONTEXT_FLAGS,
@@ -116,6 +133,7 @@ ENGINES = {
         extra_body=sglang.EXTRA_BODY,
         validate_spec=sglang.validate_spec_config,
         table_refusal=sglang.table_refusal,
+        table_start_refusal=sglang.adaptive_start_refusal,
         vocabulary_note=sglang.vocabulary_note,
         running_gauge=sglang.NUM_RUNNING_REQS,
         waiting_gauge=sglang.NUM_QUEUE_REQS,
@@ -145,6 +163,12 @@ FORMAT_ENGINES = {"sglang": "sglang", "llama.cpp": "llama.cpp"}
 def engine_of_format(fmt: str) -> EngineInfo:
     """The engine whose syntax a snippet format speaks (vLLM's forms: vLLM)."""
     return ENGINES[FORMAT_ENGINES.get(fmt, "vllm")]
+
+
+def measured_speaks_for(measured: str, paste: EngineInfo) -> bool:
+    """Whether the flags and version of a server of engine ``measured`` say what ``paste``'s server
+    does (the same engine; the emulator speaks for vLLM)."""
+    return measured == paste.name or (measured == "emulator" and paste.name == "vllm")
 
 
 def engine_from_metric_names(names: set[str]) -> EngineInfo | None:

@@ -46,14 +46,18 @@ Other methods (ngram_gpu, suffix, custom_class) have no SGLang name and are refu
 start. A per-batch-size choice is SGLang's adaptive config (``srt/speculative/adaptive_spec_params.py``):
 ``--speculative-adaptive --speculative-adaptive-config FILE``, a JSON of batch-size lower bounds
 each with its ``candidate_steps``; one candidate pins a range. It drives EAGLE and EAGLE3 with
-topk 1 only (line 61; other algorithms fall back to static steps with a warning), so with the
-other methods the paste runs one k (analysis/snippet_plan.py).
+topk 1 only (line 61; other algorithms fall back to static steps with a warning), and some of the
+server's other flags turn it off the same way or stop the server from starting
+(:func:`table_refusal`): there the paste runs one k (analysis/snippet_plan.py). ``/server_info``
+says whether it runs (:func:`adaptive_state`).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from pathlib import PurePosixPath
+from typing import Any, Literal
 
 from specsweep.engines.versions import choose_vocabulary
 from specsweep.engines.vllm import validate_speculative_config
@@ -81,8 +85,18 @@ CHAINS = ("EAGLE", "EAGLE3", "STANDALONE")
 # What the adaptive config drives (adaptive_spec_params.py line 61).
 ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")
 ADAPTIVE_FLAGS = ("--speculative-adaptive", "--speculative-adaptive-config")
-# The file a paste names when no study folder is given.
-ADAPTIVE_CONFIG_NAME = "sglang-adaptive.json"
+# Flags under which 0.5.23 turns adaptive mode off (adaptive_spec_params.py lines 85 to 99); attention
+# data parallelism is read from its size; a platform worker (line 66) shows only in /server_info.
+ADAPTIVE_OFF_FLAGS = {
+    "--enable-two-batch-overlap": "two-batch overlap",
+    "--enable-pdmux": "pdmux",
+    "--enable-multi-layer-eagle": "multi-layer EAGLE",
+}
+# Flags under which 0.5.23 refuses to start with adaptive mode at all.
+ADAPTIVE_REFUSING_FLAGS = {"--enable-lora": "LoRA", "--lora-paths": "LoRA", "--enable-hisparse": "HiSparse"}
+AdaptiveState = Literal["on", "off", "turned off"]  # "turned off": asked for, and SGLang turned it off
+# Where a paste writes the adaptive config on the server when no workload names it.
+ADAPTIVE_CONFIG_PATH = PurePosixPath("/tmp/sglang-adaptive.json")
 
 
 def algorithm_of(method: str | None) -> str:
@@ -110,12 +124,90 @@ def validate_spec_config(raw: dict[str, Any], *, version: str | None = None) -> 
     return spec
 
 
-def table_refusal(spec: SpeculativeConfig) -> str | None:
-    """Why SGLang cannot take a per-batch-size choice with ``spec`` (None: its adaptive config can)."""
+def table_refusal(
+    spec: SpeculativeConfig, server_args: Sequence[str] | None = None, version: str | None = None
+) -> str | None:
+    """Why SGLang cannot take a per-batch-size choice with ``spec`` on a server started with
+    ``server_args`` (its flags, spec flags aside; None: not known). None: its adaptive config can."""
     algorithm = algorithm_of(spec.method)
-    if algorithm in ADAPTIVE_ALGORITHMS:
+    if algorithm not in ADAPTIVE_ALGORITHMS:
+        return f"SGLang's adaptive config drives EAGLE and EAGLE3 only, not {algorithm}"
+    args = tuple(server_args or ())
+    off = adaptive_off_reason(args)
+    if off is not None:
+        return f"SGLang turns adaptive mode off under {off} and runs one k"
+    return adaptive_start_refusal(args)
+
+
+def adaptive_off_reason(args: Sequence[str]) -> str | None:
+    """What in a command line makes SGLang turn adaptive mode off, warning in its log only, and run
+    static steps (``adaptive_unsupported_reason``, adaptive_spec_params.py lines 56 to 100, called
+    by ``_maybe_disable_adaptive``, speculative_hook.py lines 261 to 262 and 1374 to 1390)."""
+    for flag, what in ADAPTIVE_OFF_FLAGS.items():
+        if _given(args, flag):
+            return f"{what} ({flag})"
+    attention_dp = _number(args, ("--attn-dp-size", "--attention-data-parallel-size"))
+    replicas = _number(args, ("--dp-size", "--data-parallel-size"))
+    # The old spelling --dp-size N --enable-dp-attention is --attn-dp-size N (parallel_hook.py 39 to 61).
+    if attention_dp is None and _given(args, "--enable-dp-attention"):
+        attention_dp = replicas
+    if attention_dp is not None and attention_dp > 1:
+        return f"attention data parallelism (--attn-dp-size {attention_dp})"
+    return None
+
+
+def adaptive_start_refusal(args: Sequence[str]) -> str | None:
+    """Why SGLang refuses to start at all with adaptive mode under a command line (None: it starts):
+    LoRA (``check_lora_speculative_compatibility``, lora_hook.py lines 240 to 303, adaptive at 278)
+    and HiSparse (hisparse_hook.py lines 123 to 127)."""
+    for flag, what in ADAPTIVE_REFUSING_FLAGS.items():
+        if _given(args, flag):
+            return f"SGLang {VERSION} refuses to start with --speculative-adaptive and {what} ({flag})"
+    return None
+
+
+def _given(args: Sequence[str], flag: str) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for arg in args)
+
+
+def _number(args: Sequence[str], flags: Sequence[str]) -> int | None:
+    """The whole-number value of the first of ``flags`` (``--flag N`` or ``--flag=N``)."""
+    for index, arg in enumerate(args):
+        name, eq, attached = arg.partition("=")
+        if name in flags:
+            value = attached if eq else (args[index + 1] if index + 1 < len(args) else "")
+            if value.isdigit():
+                return int(value)
+    return None
+
+
+def adaptive_state(info: dict[str, Any]) -> AdaptiveState | None:
+    """What a server says of its adaptive mode in its ``/server_info``: the resolved arguments
+    (``build_server_info``, utils/common.py line 3589), where ``_maybe_disable_adaptive`` has set
+    ``speculative_adaptive`` false, and ``launch_command``, what it was asked (http_server.py
+    lines 863 to 870). None: it runs no speculation, or does not say."""
+    algorithm, runs = info.get("speculative_algorithm"), info.get("speculative_adaptive")
+    if not algorithm or str(algorithm).upper() == "NONE" or not isinstance(runs, bool):
         return None
-    return f"SGLang's adaptive config drives EAGLE and EAGLE3 only, not {algorithm}"
+    if runs:
+        return "on"
+    command = info.get("launch_command")
+    asked = isinstance(command, str) and ADAPTIVE_FLAGS[0] in command.split()
+    return "turned off" if asked else "off"
+
+
+def adaptive_line(state: AdaptiveState) -> str:
+    """One line saying what a server's adaptive state means for the draft length it runs."""
+    if state == "on":
+        return (
+            "SGLang's adaptive mode runs (/server_info: speculative_adaptive true): its config picks k per batch size"
+        )
+    if state == "turned off":
+        return (
+            "SGLang was started with --speculative-adaptive and turned it off (/server_info: speculative_adaptive "
+            "false; its log says why): it runs --speculative-num-steps at every batch size"
+        )
+    return "SGLang runs one k at every batch size (/server_info: speculative_adaptive false)"
 
 
 def adaptive_config(table: tuple[BatchSizeRange, ...]) -> dict[str, dict[str, list[int]]]:
@@ -125,7 +217,9 @@ def adaptive_config(table: tuple[BatchSizeRange, ...]) -> dict[str, dict[str, li
 
 
 def adaptive_config_text(table: tuple[BatchSizeRange, ...]) -> str:
-    return json.dumps(adaptive_config(table), indent=2) + "\n"
+    """The adaptive config as JSON, one range a line (short enough to read in a paste)."""
+    rows = [f"  {json.dumps(start)}: {json.dumps(entry)}" for start, entry in adaptive_config(table).items()]
+    return "{\n" + ",\n".join(rows) + "\n}\n"
 
 
 def render_spec_args(spec: SpeculativeConfig | None, *, adaptive_config_path: str | None = None) -> list[str]:
@@ -153,5 +247,5 @@ def render_spec_args(spec: SpeculativeConfig | None, *, adaptive_config_path: st
         reason = table_refusal(spec)
         if reason is not None:
             raise ConfigError(f"{reason}: a per-batch-size table cannot be pasted for it.")
-        args += [ADAPTIVE_FLAGS[0], ADAPTIVE_FLAGS[1], adaptive_config_path or ADAPTIVE_CONFIG_NAME]
+        args += [ADAPTIVE_FLAGS[0], ADAPTIVE_FLAGS[1], adaptive_config_path or str(ADAPTIVE_CONFIG_PATH)]
     return args

@@ -134,7 +134,7 @@ def captured_widths(
         table = False  # _maybe_disable_dynamic_sd_for_data_parallel
     if table and release == "0.33" and model_runner == "v1" and spec is not None:
         table = spec.method in V1_TABLE_METHODS_033
-    mode = _graph_mode(flags, model_runner=model_runner, table=table)
+    mode = graph_mode(flags, model_runner=model_runner, table=table)
     if flags.enforce_eager or mode == "NONE":
         return ()
     max_num_seqs, max_num_batched_tokens = _batch_limits(flags, gpu)
@@ -254,7 +254,7 @@ def _compilation_values(compilation: dict[str, Any], *, given: dict[str, Any]) -
     return out
 
 
-def _graph_mode(flags: GraphFlags, *, model_runner: ModelRunner, table: bool) -> str:
+def graph_mode(flags: GraphFlags, *, model_runner: ModelRunner, table: bool) -> str:
     """The cudagraph mode the server ends with, as ``VllmConfig.__post_init__`` settles it."""
     if flags.enforce_eager:
         return "NONE"

@@ -7,8 +7,10 @@ as Python reprs), and list items for a docker compose ``command:``.
 
 SGLang and llama.cpp speak their own flags (engines/sglang.py, engines/llamacpp.py): a llama.cpp
 paste uses the flag names of the build the study read (``help_flags``), and an SGLang paste with
-a per-batch-size table names its adaptive config file, written beside the study
-(:func:`write_adaptive_config`), or carries the file's text as comment lines.
+a per-batch-size table is self-contained: it carries the adaptive config's text in a heredoc that
+writes it at an absolute path on the server, then the flags naming that path. SGLang opens the
+file while it parses its arguments, so a path relative to where specsweep ran would fail on
+another host or in a container, and a copy step would need a second path for each side.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import replace
-from pathlib import Path
+from pathlib import PurePosixPath
 
 from specsweep.engines import llamacpp, sglang
 from specsweep.names import file_part
-from specsweep.runtime.store import write_atomic
 from specsweep.types import SpeculativeConfig
 
 FORMATS = ("vllm", "vllm-yaml", "compose", "sglang", "llama.cpp", "json")
+HEREDOC_END = "SGLANG_ADAPTIVE"  # ends the heredoc that writes an adaptive config
 
 
 def _yaml_single_quoted(text: str) -> str:
@@ -35,12 +37,13 @@ def render_snippet(
     fmt: str = "vllm",
     *,
     help_flags: frozenset[str] | None = None,
-    adaptive_config_path: Path | None = None,
+    adaptive_config_path: PurePosixPath | None = None,
 ) -> str:
     """The flags (or file fragment) that set ``spec`` on the server; speculation off when None.
 
     ``help_flags``: the llama.cpp build's flag names, as the study read them; ``adaptive_config_path``:
-    where SGLang's adaptive config for ``spec``'s table was written (None: shown inline)."""
+    the absolute path on the server where an SGLang paste writes the adaptive config of ``spec``'s
+    table (None: ``/tmp/sglang-adaptive.json``)."""
     if fmt == "vllm":
         if spec is None:
             return "# speculation off: remove --speculative-config"
@@ -76,26 +79,7 @@ def render_snippet(
         args = llamacpp.render_spec_args(spec, flags=help_flags)
         return "\n".join([*lines, " ".join(shlex.quote(a) for a in args) if args else "--spec-type none"])
     if fmt == "sglang":
-        path = str(adaptive_config_path) if adaptive_config_path is not None else None
-        args = sglang.render_spec_args(spec, adaptive_config_path=path)
-        if not args:
-            return "# speculation off: no --speculative-* flags"
-        text = " ".join(shlex.quote(a) for a in args)
-        if spec is not None and spec.draft_sample_method != "greedy":
-            text = (
-                f"# SGLang has no draft sampling choice: draft_sample_method {spec.draft_sample_method} "
-                "is not pasted\n" + text
-            )
-        if spec is not None and spec.num_speculative_tokens_per_batch_size:
-            text += (
-                "\n# SGLang pads a batch up to its next CUDA-graph batch size before it picks the range: a range "
-                "starting at S holds from S when S-1 is one of those sizes (--cuda-graph-bs-decode)"
-            )
-        if spec is not None and spec.num_speculative_tokens_per_batch_size and adaptive_config_path is None:
-            body = sglang.adaptive_config_text(spec.num_speculative_tokens_per_batch_size)
-            text += f"\n# {sglang.ADAPTIVE_CONFIG_NAME}, the per-batch-size choice (one candidate pins each range):\n"
-            text += "\n".join("# " + line for line in body.splitlines())
-        return text
+        return _sglang_paste(spec, adaptive_config_path or sglang.ADAPTIVE_CONFIG_PATH)
     raise ValueError(f"unknown snippet format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
@@ -104,11 +88,35 @@ def snippet_format_for(engine: str) -> str:
     return {"llama.cpp": "llama.cpp", "sglang": "sglang"}.get(engine, "vllm")
 
 
-def write_adaptive_config(spec: SpeculativeConfig | None, folder: Path, workload: str) -> Path | None:
-    """Write SGLang's adaptive config for ``spec``'s per-batch-size table into ``folder``
-    (``sglang-adaptive-WORKLOAD.json``); None when there is no table to write."""
-    if spec is None or not spec.num_speculative_tokens_per_batch_size:
-        return None
-    path = folder / f"sglang-adaptive-{file_part(workload)}.json"
-    write_atomic(path, sglang.adaptive_config_text(spec.num_speculative_tokens_per_batch_size))
-    return path
+def adaptive_config_path_for(workload: str) -> PurePosixPath:
+    """Where an SGLang paste writes a workload's adaptive config on the server."""
+    return PurePosixPath("/tmp") / f"sglang-adaptive-{file_part(workload)}.json"
+
+
+def _sglang_paste(spec: SpeculativeConfig | None, path: PurePosixPath) -> str:
+    """SGLang's flags; with a per-batch-size table, first the lines that write its adaptive config
+    at ``path`` on the server (a quoted heredoc: run where the server starts, in its container
+    too), then the flags naming that absolute path, which SGLang opens while parsing them."""
+    args = sglang.render_spec_args(spec, adaptive_config_path=str(path))
+    if spec is None or not args:
+        return "# speculation off: no --speculative-* flags"
+    lines = []
+    if spec.draft_sample_method != "greedy":
+        lines.append(
+            f"# SGLang has no draft sampling choice: draft_sample_method {spec.draft_sample_method} is not pasted"
+        )
+    table = spec.num_speculative_tokens_per_batch_size
+    if table:
+        body = sglang.adaptive_config_text(table)
+        lines.append(
+            "# run first where the server starts (in its container too): it writes the adaptive config, one "
+            "candidate pinning each range, that the flags below name"
+        )
+        lines += [f"cat > {shlex.quote(str(path))} <<'{HEREDOC_END}'", *body.splitlines(), HEREDOC_END]
+    lines.append(" ".join(shlex.quote(a) for a in args))
+    if table:
+        lines.append(
+            "# SGLang pads a batch up to its next CUDA-graph batch size before it picks the range: a range "
+            "starting at S holds from S when S-1 is one of those sizes (--cuda-graph-bs-decode)"
+        )
+    return "\n".join(lines)

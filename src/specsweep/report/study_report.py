@@ -15,6 +15,7 @@ from specsweep.analysis.drafters import Candidate, drafter_label
 from specsweep.analysis.recommendation import Gain, Recommendation
 from specsweep.analysis.snippet_plan import SnippetPlan
 from specsweep.analysis.study import StudyAnalysis
+from specsweep.engines.registry import engine_of_format, measured_speaks_for
 from specsweep.names import file_part
 from specsweep.report import document as doc
 from specsweep.report.figures import (
@@ -24,7 +25,7 @@ from specsweep.report.figures import (
     render_figure,
     throughput_figure_data,
 )
-from specsweep.report.snippets import render_snippet, write_adaptive_config
+from specsweep.report.snippets import adaptive_config_path_for, render_snippet
 from specsweep.report.study_tables import RESULTS_CSV, latency_table, results_csv, subcategory_table
 from specsweep.runtime.store import finite_json, make_folder, write_atomic, write_json_atomic
 from specsweep.types import MeasuredConfig, StudySettings
@@ -113,22 +114,21 @@ def snippet_heading(plan: SnippetPlan) -> str:
     return f"paste (runs, by concurrency, {runs}; a per-batch-size table up to batch {plan.max_batch}, {bound})"
 
 
-def snippet_for(
-    analysis: StudyAnalysis,
-    workload: str,
-    fmt: str,
-    *,
-    settings: StudySettings | None = None,
-    folder: Path | None = None,
-) -> str:
+def snippet_for(analysis: StudyAnalysis, workload: str, fmt: str, *, settings: StudySettings | None = None) -> str:
     """The paste-ready snippet for one workload (per-batch table included when it pays), in the
-    flag names of the build the study read (``settings``); an SGLang adaptive config is written
-    into ``folder`` when one is given."""
+    flag names of the build the study read (``settings``), with a comment line for what the
+    measured server's flags and version make of its table (vLLM's CUDA-graph mode)."""
     plan = analysis.snippet(workload)
     spec = plan.spec if plan is not None else None
-    path = write_adaptive_config(spec, folder, workload) if fmt == "sglang" and folder is not None else None
     flags = settings.engine_flags if settings is not None and fmt == "llama.cpp" else None
-    return render_snippet(spec, fmt, help_flags=flags, adaptive_config_path=path)
+    path = adaptive_config_path_for(workload) if fmt == "sglang" else None
+    text = render_snippet(spec, fmt, help_flags=flags, adaptive_config_path=path)
+    engine = engine_of_format(fmt)
+    if spec is None or settings is None or fmt == "json":
+        return text
+    same = measured_speaks_for(settings.engine, engine)
+    notes = engine.paste_notes(spec, settings.server_args if same else None, settings.engine_version if same else None)
+    return "\n".join([*(f"# {line}" for line in notes), text])
 
 
 def write_report(
@@ -153,7 +153,7 @@ def write_report(
         plan = analysis.snippet(workload)
         if plan is None:
             continue
-        text = snippet_for(analysis, workload, snippet_format, settings=settings, folder=folder)
+        text = snippet_for(analysis, workload, snippet_format, settings=settings)
         blocks.append(doc.Paragraph(text=f"{workload}: {snippet_heading(plan)}"))
         blocks.append(doc.Code(text=text))
         if plan.notes:

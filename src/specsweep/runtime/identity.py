@@ -8,9 +8,12 @@
   ``/v1/models``; it has no ``/version``.
 - SGLang: ``/server_info`` (``version``; SGLang 0.5.23 ``entrypoints/http_server.py``, where
   the older ``/get_server_info`` still answers but logs a deprecation warning each call), else
-  ``/get_server_info`` for builds before the rename; and ``/v1/models``.
+  ``/get_server_info`` for builds before the rename; and ``/v1/models``. Its resolved arguments
+  say whether adaptive mode runs (``engines/sglang.py`` ``adaptive_state``); read also when the
+  engine is not known yet (``watch`` before /metrics named it).
 
-The command line a server was started with cannot be read over HTTP: it stays unknown here.
+The command line a server was started with cannot be read over HTTP, but for SGLang's
+``launch_command`` (kept with its secrets masked): elsewhere it stays unknown here.
 Nothing raises: what cannot be read is None.
 """
 
@@ -18,12 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 
+from specsweep.engines.sglang import AdaptiveState, adaptive_state
 from specsweep.runtime.modelled_time import ServerClock, clock_from_version
+from specsweep.secrets import mask_argv
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,6 +44,8 @@ class ServerIdentity:
     boot_s: float | None = None  # its start's boot on its own clock, where it says (the emulator's modelled startup)
     max_num_seqs: int | None = None  # the most sequences it batches, where it says (the emulator)
     captured_widths: tuple[int, ...] = ()  # verified widths with a captured graph, where it says (the emulator)
+    adaptive: AdaptiveState | None = None  # SGLang: its adaptive mode, as its /server_info says
+    launch_args: tuple[str, ...] | None = None  # SGLang: the command it was started with, secrets masked
 
     @property
     def clock(self) -> ServerClock:
@@ -57,6 +65,8 @@ class ServerIdentity:
             boot_s=_number(stored.get("boot_s")),
             max_num_seqs=_count(stored.get("max_num_seqs")),
             captured_widths=_widths(stored.get("captured_widths")),
+            adaptive=stored.get("adaptive") if stored.get("adaptive") in get_args(AdaptiveState) else None,
+            launch_args=_words(stored.get("launch_args")),
         )
 
 
@@ -114,12 +124,15 @@ async def read_identity(http: httpx.AsyncClient, engine: str | None) -> ServerId
                 facts["n_ctx"] = int(settings["n_ctx"])
             if "total_slots" in props:
                 facts["total_slots"] = int(props["total_slots"])
-    if engine == "sglang":
+    adaptive, launch_args = None, None
+    if engine in (None, "sglang"):
         info = await _get_json(http, "/server_info")
-        if not isinstance(info, dict) or "version" not in info:
+        if engine == "sglang" and (not isinstance(info, dict) or "version" not in info):
             info = await _get_json(http, "/get_server_info")
         if isinstance(info, dict) and "version" in info:
-            version = str(info["version"])
+            engine, version = "sglang", str(info["version"])
+            adaptive = adaptive_state(info)
+            launch_args = _command_words(info.get("launch_command"))
     return ServerIdentity(
         engine=engine,
         engine_version=version,
@@ -129,7 +142,27 @@ async def read_identity(http: httpx.AsyncClient, engine: str | None) -> ServerId
         boot_s=boot_s,
         max_num_seqs=max_num_seqs,
         captured_widths=captured_widths,
+        adaptive=adaptive,
+        launch_args=launch_args,
     )
+
+
+def _command_words(command: Any) -> tuple[str, ...] | None:
+    """A command line a server gave as one string, as words with every secret masked (None: none
+    given, or quotes that do not balance)."""
+    if not isinstance(command, str) or not command.strip():
+        return None
+    try:
+        return mask_argv(shlex.split(command))
+    except ValueError:
+        return None
+
+
+def _words(value: Any) -> tuple[str, ...] | None:
+    """Stored words (None: none stored, or not a list of strings)."""
+    if not isinstance(value, list | tuple) or not all(isinstance(word, str) for word in value):
+        return None
+    return tuple(value)
 
 
 def _number(value: Any) -> float | None:

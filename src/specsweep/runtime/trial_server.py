@@ -40,6 +40,7 @@ from pathlib import Path
 
 from specsweep.config import ServerConfig
 from specsweep.engines.registry import EngineInfo, max_num_seqs_flag
+from specsweep.engines.sglang import adaptive_line
 from specsweep.errors import LaunchError, ReadyTimeoutError
 from specsweep.runtime.identity import ServerIdentity, read_server_identity
 from specsweep.runtime.launcher import (
@@ -174,6 +175,10 @@ class TrialServer:
         if refusal is not None:
             raise LaunchError(refusal)
         identity = read_server_identity(url, self.engine.name)
+        table = spec is not None and bool(spec.num_speculative_tokens_per_batch_size)
+        if table and identity.adaptive is not None and identity.adaptive != "on":  # SGLang's adaptive mode is off
+            said = adaptive_line(identity.adaptive)
+            raise LaunchError(f"the server at {url} does not run the per-batch-size table: {said}")
         return StartedServer(
             url=url,
             argv=mask_argv(argv, self.secrets),

@@ -78,7 +78,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     )
     check_space(space, config.source, config.search.baseline)
     help_flags = read_help_flags(config.server, engine)  # llama.cpp: the flags this build takes
-    check_spec_args(space, engine, config.source, help_flags=help_flags)
+    check_spec_args(space, engine, config.source, help_flags=help_flags, server=config.server)
     if config.storage is not None:
         check_storage_url(config.storage)
     server = TrialServer(config.server, engine, log_path=Path(os.devnull), help_flags=help_flags)

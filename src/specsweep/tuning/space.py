@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specsweep.config import SearchSpace
-from specsweep.engines.registry import EngineInfo
+from specsweep.config import SearchSpace, ServerConfig
+from specsweep.engines.registry import EngineInfo, server_args_without_spec
 from specsweep.engines.vllm import (
     SHORTHAND_FLAGS,
     drafts_from_a_distribution,
@@ -27,6 +27,7 @@ from specsweep.engines.vllm import (
 )
 from specsweep.engines.vllm import looks_up as vllm_looks_up  # the default engine's rule
 from specsweep.errors import ConfigError
+from specsweep.runtime.trial_server import template_argv
 from specsweep.types import Configuration, SpeculativeConfig
 
 
@@ -207,11 +208,36 @@ def check_start_command(start: str | tuple[str, ...] | None, engine: str, source
         )
 
 
-def check_spec_args(space: Space, engine: EngineInfo, source: str, *, help_flags: frozenset[str] | None = None) -> None:
+def check_spec_args(
+    space: Space,
+    engine: EngineInfo,
+    source: str,
+    *,
+    help_flags: frozenset[str] | None = None,
+    server: ServerConfig | None = None,
+) -> None:
     """ConfigError naming [search] if the engine cannot render a configuration of the space as flags
-    (on llama.cpp, for the build whose ``--help`` listed ``help_flags``)."""
+    (on llama.cpp, for the build whose ``--help`` listed ``help_flags``), or ``server`` refuses to
+    start with the table the space sets (:func:`check_table_start`)."""
+    if server is not None:
+        check_table_start(space, engine, source, server)
     for configuration in space.configurations():
         try:
             engine.spec_args(configuration.spec, help_flags=help_flags)
         except ConfigError as exc:
             raise ConfigError(f"{source}: [search] {exc}") from None
+
+
+def check_table_start(space: Space, engine: EngineInfo, source: str, server: ServerConfig) -> None:
+    """ConfigError, before any start, where every trial would start with a per-batch-size table
+    (``search.fixed``) that the study's server, from its start command, refuses to start with
+    (SGLang's adaptive mode beside LoRA or HiSparse). Attach mode: the user starts it, unread."""
+    argv = template_argv(server)
+    if not argv or not space.fixed.get("num_speculative_tokens_per_batch_size"):
+        return
+    reason = engine.table_start_refusal(server_args_without_spec(engine.name, argv))
+    if reason is not None:
+        raise ConfigError(
+            f"{source}: search.fixed sets num_speculative_tokens_per_batch_size, but {reason}: leave the table "
+            "out of search.fixed, or those flags out of server.start."
+        )

@@ -19,7 +19,7 @@ import optuna
 
 from specsweep.analysis.drafters import Candidate, drafter_of
 from specsweep.analysis.study import StudyAnalysis, analyze_with_settings, measured_rates
-from specsweep.engines.registry import engine_info, known_engine
+from specsweep.engines.registry import engine_info, known_engine, measured_speaks_for
 from specsweep.errors import ConfigError, FitError
 from specsweep.tuning.records import measured_configs, read_trials
 from specsweep.tuning.storage import open_storage, redact_password
@@ -121,7 +121,10 @@ def analyze_stored_study(
         settings = replace(settings, max_itl_p99_s=max_itl_p99_s)
     measured_on = known_engine(settings.engine)  # the server that was measured
     idle = never_drafting(configs, measured_on.never_drafts, settings.k_max) if measured_on is not None else ()
-    analysis = analyze_with_settings(configs, settings, seed=seed, table_refusal=engine.table_refusal, idle=idle)
+    # The measured server's flags and version decide what a table does, where the paste is for its engine.
+    same = measured_speaks_for(settings.engine, engine)
+    refusal = engine.table_refusal_on(settings.server_args if same else None, settings.engine_version if same else None)
+    analysis = analyze_with_settings(configs, settings, seed=seed, table_refusal=refusal, idle=idle)
     return StoredAnalysis(analysis=analysis, configs=configs, settings=settings)
 
 

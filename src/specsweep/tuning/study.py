@@ -121,7 +121,7 @@ class StudyRunner:
         # An engine whose flags differ by build (llama.cpp): every configuration is rendered for the
         # build at hand now, so a setting it cannot express stops the study before any server starts.
         help_flags = read_help_flags(config.server, self.engine)
-        check_spec_args(self.space, self.engine, config.source, help_flags=help_flags)
+        check_spec_args(self.space, self.engine, config.source, help_flags=help_flags, server=config.server)
         workloads: dict[str, Workload] = load_study_workloads(config)
         api_key = api_key_from_env(config.server.api_key_env)
         # One live run per study on local storage: a second one stops here, before it changes anything.

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import optuna
 
-from specsweep.engines.registry import known_engine
+from specsweep.engines.registry import known_engine, server_args_without_spec
+from specsweep.runtime.identity import ServerIdentity
 from specsweep.tuning.records import measured_configs
 from specsweep.types import CapturedWidths, Configuration, MeasuredConfig, RunNoisePrior, StudySettings
 
@@ -60,6 +61,7 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
         tolerance=float(attrs.get("tolerance") or 0.01),
         noise_prior=_engine_noise(str(attrs.get("engine", "vllm"))),
         engine_version=_engine_version(study),
+        server_args=_server_args(study, str(attrs.get("engine", "vllm"))),
         engine_flags=frozenset(flags) if flags else None,
         max_itl_p99_s=attrs.get("max_itl_p99_s"),
         captured_widths=stored_captured_widths(study),
@@ -84,6 +86,20 @@ def _engine_version(study: optuna.Study) -> str | None:
         server = trial.user_attrs.get("server")
         if isinstance(server, dict) and server.get("engine_version"):
             return str(server["engine_version"])
+    return None
+
+
+def _server_args(study: optuna.Study, engine: str) -> tuple[str, ...] | None:
+    """The flags the study's latest started server ran, spec flags, place and secrets aside: the
+    command it was started with, or in attach mode (where the user starts it) the one the server
+    gave of itself (SGLang's launch command). None: no trial kept either."""
+    for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: -t.number):
+        argv = trial.user_attrs.get("argv")
+        if not argv:
+            said = ServerIdentity.from_stored(trial.user_attrs.get("server"))
+            argv = said.launch_args if said is not None else None
+        if isinstance(argv, list | tuple) and argv:
+            return server_args_without_spec(engine, [str(a) for a in argv])
     return None
 
 
