@@ -80,8 +80,10 @@ def write_study(path: Path, data: dict[str, Any]) -> Path:
 
 
 def measured_study(folder: Path, name: str, *, k: tuple[int, int]) -> Path:
-    """A small emulator study run once in ``folder`` (2 requests of 30 tokens per level); its folder."""
-    write_study(folder / "s.toml", emulator_study(name, k=k, requests=2, max_tokens=30))
+    """A small emulator study run once in ``folder`` (2 requests of 30 tokens per level); its folder.
+    At a time scale of 50 (steps of 1 to 4 ms of wall time) the emulator keeps its schedule on a
+    loaded machine, so its picks are the model's: at 200 they came out speculation off at times."""
+    write_study(folder / "s.toml", emulator_study(name, k=k, requests=2, max_tokens=30, time_scale=50))
     result = specsweep("study", "--config", "s.toml", cwd=folder, timeout=300)
     assert result.returncode == 0, result.stderr
     return folder / "studies" / name
