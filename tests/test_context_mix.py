@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +24,8 @@ from specsweep.analysis.recommendation import CandidateRate, Recommendation
 from specsweep.report.context_report import context_json, heat_map_data
 from specsweep.report.study_tables import CSV_FIGURES, CSV_KEYS, results_csv
 from specsweep.types import BootFacts, Configuration, LevelFigures, MeasuredConfig, SpeculativeConfig
+
+from .builders import emulator_study, specsweep, write_study
 
 DRAFTER = Drafter(method="dspark", draft_sample_method="probabilistic")
 K2, K4 = Candidate(drafter=DRAFTER, num_speculative_tokens=2), Candidate(drafter=DRAFTER, num_speculative_tokens=4)
@@ -150,17 +154,14 @@ def test_the_paste_of_a_workload_with_context_levels_runs_the_mix_and_says_what_
     assert plans["w"].spec is not None and plans["w"].spec.num_speculative_tokens == 4
     assert plans["w@16k"] is own[1]  # a level's own plan is kept as it was
     notes = plans["w"].notes
-    assert "over the context mix, w (400 tokens) 50%, w@16k 25%, w@64k 25% (as measure.context_weight" in notes[0]
-    assert notes[1] == "w (400 tokens) gives up nothing: the paste runs its own pick at every concurrency"
+    assert "over the context mix w (400 tokens) 50%, w@16k 25%, w@64k 25% (as measure.context_weight" in notes[0]
+    assert notes[1] == "w (400 tokens) gives up nothing: its own pick at every concurrency"
     # 1 - 58/60 = 3.3%; 1 - 20/30 = 33.3%
     assert notes[2] == "w@16k gives up, predicted: 3.3% at 1 (k=4 probabilistic, its own k=2 probabilistic)"
     assert notes[3] == "w@64k gives up, predicted: 33.3% at 1 (k=4 probabilistic, its own k=2 probabilistic)"
     even = {p.workload: p for p in mix_snippets(recs, own, configs, {"w": 1.0}, max_num_seqs=8)}["w"]
     assert even.choice_by_concurrency == {1: K2}
-    assert (
-        "w (400 tokens) 33%, w@16k 33%, w@64k 33% (measure.context_weight is 0, so they weigh the same)"
-        in (even.notes[0])
-    )
+    assert "w (400 tokens) 33%, w@16k 33%, w@64k 33% (measure.context_weight is 0: weighed evenly)" in even.notes[0]
 
 
 def test_every_cell_is_in_the_grid_the_heat_map_results_json_and_csv() -> None:
@@ -195,3 +196,45 @@ def context_json_of(recs: list[Recommendation], configs: list[MeasuredConfig]) -
         predictions=(), recommendations=tuple(recs), snippets=(), notes=(),
     )  # fmt: skip
     return context_json(analysis, configs, WEIGHTED)
+
+
+def test_a_context_study_prints_its_grid_pastes_over_the_mix_and_reports_every_cell(tmp_path: Path) -> None:
+    options = dict(
+        k=(1, 2), requests=3, max_tokens=40, concurrency=(1, 2), temperature=0.6, time_scale=20,
+        study={"sampler": "grid"}, search={"draft_sample_method": ["probabilistic"]},
+    )  # fmt: skip
+    data = emulator_study("mix", **options)
+    data["measure"] |= {"context": [8192], "context_weight": 0.5}
+    path = write_study(tmp_path / "mix.toml", data)
+    done = specsweep("study", "--config", str(path), "--studies-dir", str(tmp_path / "studies"), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "best k by context for prose" in out
+    grid = out.split("best k by context for prose", 1)[1].split("\nnote:", 1)[0].split("\n\n", 1)[0]
+    rows = [line for line in grid.splitlines() if line.startswith(("prose (", "prose@8k "))]
+    assert len(rows) == 2 and all(len(re.findall(r"(?:k=\d|speculation off)\*? \d+\.\d", r)) == 2 for r in rows), out
+    # one paste, over the mix (weighed as measure.context_weight = 0.5 says), with a line per context
+    assert "paste for prose:" in out and "paste for prose@8k" not in out
+    flat = " ".join(out.split())
+    assert re.search(r"over the context mix prose \(\d+ tokens\) 50%, prose@8k 50% \(as measure.context_weight", flat)
+    assert re.search(r"note: prose \(\d+ tokens\) gives up", flat) and "note: prose@8k gives up" in flat
+
+    report = specsweep("report", str(tmp_path / "studies" / "mix"), cwd=tmp_path)
+    assert report.returncode == 0, report.stdout + report.stderr
+    folder = tmp_path / "studies" / "mix" / "report"
+    figure = folder / "figures" / "context-prose.png"
+    assert figure.stat().st_size > 10_000 and figure.read_bytes().startswith(b"\x89PNG")
+    markdown = (folder / "report.md").read_text(encoding="utf-8")
+    table = markdown.split("## prose: best k by context", 1)[1].split("\n\n")[2].splitlines()
+    assert table[0] == "| context | concurrency 1 | concurrency 2 |"
+    assert [line.split(" | ")[0] for line in table[2:]] == [f"| {rows[0].split(')')[0]})", "| prose@8k"]
+    assert all(len(re.findall(r"tok/s", line)) == 2 for line in table[2:]), table
+    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    (entry,) = results["context"]
+    assert entry["weights"] == {"prose": 0.5, "prose@8k": 0.5} and not entry["weighed_evenly"]
+    assert [c["context_tokens"] for c in entry["contexts"]][1] == 8192
+    assert all(len(c["cells"]) == 2 for c in entry["contexts"])
+    assert set(entry["paste_runs"]) == {"1", "2"}
+    rows_csv = list(csv.DictReader(io.StringIO((folder / "results.csv").read_text(encoding="utf-8"))))
+    assert {r["workload"]: r["context"] for r in rows_csv}["prose@8k"] == "8192"
+    assert float({r["workload"]: r["context"] for r in rows_csv}["prose"]) < 1000

@@ -170,7 +170,7 @@ def given_up_line(member: str, label: str, runs: Mapping[int, Candidate], recs: 
         cost = max(0.0, 1.0 - got.tokens_per_s / own.tokens_per_s) if own.tokens_per_s > 0 else 0.0
         parts.append(f"{100 * cost:.1f}% at {level} ({run.short_label}, its own {own.candidate.short_label})")
     if all(p.startswith("0% ") for p in parts):
-        return f"{label} gives up nothing: the paste runs its own pick at every concurrency"
+        return f"{label} gives up nothing: its own pick at every concurrency"
     return f"{label} gives up, predicted: " + "; ".join(parts)
 
 
@@ -200,10 +200,10 @@ def mix_snippets(
             mixed.append(mix_recommendation(plan.workload, cells, weights))
         mix = plan_snippet(plan.workload, mixed, templates, max_num_seqs=max_num_seqs, table_refusal=table_refusal)
         said = ", ".join(f"{context_label(m, context_tokens(configs, m))} {100 * weights[m]:.0f}%" for m in members)
-        how = "measure.context_weight is 0, so they weigh the same" if even else "as measure.context_weight weighs them"
+        how = "measure.context_weight is 0: weighed evenly" if even else "as measure.context_weight weighs them"
         lines = [
-            f"one paste for every context (no engine release takes a k per context): each batch size runs the k "
-            f"fastest predicted over the context mix, {said} ({how})"
+            f"one paste for every context (no engine takes a k per context): per batch size, the k fastest "
+            f"predicted over the context mix {said} ({how})"
         ]
         for member in members:
             recs = {b: r for (w, b), r in by_cell.items() if w == member}

@@ -172,7 +172,7 @@ def context_table(grid: ContextGrid, *, short: bool) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
     table.add_column("context")
     for level in grid.concurrency_levels:
-        table.add_column(f"at {level}", justify="right", no_wrap=True)
+        table.add_column(f"at {level}", justify="right")
     for row in grid.rows:
         cells = []
         for level in grid.concurrency_levels:
@@ -206,7 +206,7 @@ def print_picks(
     for grid in context_grids(recs, configs):
         drafters = {r.choice.drafter for row in grid.rows for r in row.picks.values() if not r.choice.off}
         one = next(iter(drafters)) if len(drafters) == 1 else None
-        said = f"k of {one.label}, " if one is not None else ""
+        said = f"{one.draft_sample_method}; " if one is not None else ""
         out.print(f"\n[bold]best k by context[/bold] for {grid.workload} ({said}predicted tok/s, vs off)")
         out.print(context_table(grid, short=one is not None))
     if verbose:
