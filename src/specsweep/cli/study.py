@@ -92,6 +92,7 @@ EXAMPLES = (
     "specsweep study --workload technical",
     "specsweep study --workload technical --concurrency 1,4,16 --max-tokens 300 --temperature 0.6 --dry-run",
     "specsweep study --config studies/dgx-spark.toml --requests 16 --dry-run",
+    "specsweep study --workload technical --context 16k,64k",
 )
 
 
