@@ -108,6 +108,12 @@ def test_a_k_not_measured_at_every_context_is_not_pasted() -> None:
     assert next(r for r in mixed.candidates if r.candidate == K4).measured_tokens_per_s is None
 
 
+def test_a_configuration_the_engine_runs_as_speculation_off_is_no_candidate_of_the_mix() -> None:
+    weights, _ = mix_weights(MEMBERS, WEIGHTED)
+    mixed = mix_recommendation("w", cells(), weights, idle=(K4,))
+    assert mixed.choice == K2 and K4 not in {row.candidate for row in mixed.candidates}
+
+
 def _config(
     trial: int, spec: SpeculativeConfig | None, rates: dict[str, dict[Candidate, float]], k: int
 ) -> MeasuredConfig:

@@ -18,7 +18,7 @@ the mix adds no fit of its own. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from specsweep.analysis.drafters import Candidate, Drafter, drafter_of
@@ -85,18 +85,22 @@ def drafter_templates(configs: Sequence[MeasuredConfig]) -> dict[Drafter, Specul
 
 
 def mix_recommendation(
-    workload: str, recommendations: Mapping[str, Recommendation], weights: Mapping[str, float]
+    workload: str,
+    recommendations: Mapping[str, Recommendation],
+    weights: Mapping[str, float],
+    idle: Collection[Candidate] = (),
 ) -> Recommendation:
     """At one concurrency, the pick over the context mix: each candidate every context predicts,
     its rate the weighted mean of theirs (measured: where every context measured it); the
-    highest of the measured ones wins (of all, where none was measured everywhere)."""
+    highest of the measured ones wins (of all, where none was measured everywhere). ``idle``:
+    configurations the engine runs as speculation off, no candidates of their own."""
     members = list(recommendations)
     share = {m: weights.get(m, 0.0) for m in members}
     total = sum(share.values())
     share = {m: (w / total if total > 0 else 1.0 / len(members)) for m, w in share.items()}
     by_member = {m: {row.candidate: row for row in rec.candidates} for m, rec in recommendations.items()}
     first = by_member[members[0]]
-    common = [c for c in first if all(c in rows for rows in by_member.values())]
+    common = [c for c in first if c not in idle and all(c in rows for rows in by_member.values())]
 
     def mean(candidate: Candidate, value: Callable[[CandidateRate], float | None]) -> float | None:
         values = [value(by_member[m][candidate]) for m in members]
@@ -182,6 +186,7 @@ def mix_snippets(
     *,
     max_num_seqs: int | None,
     table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
+    idle: Collection[Candidate] = (),
 ) -> tuple[SnippetPlan, ...]:
     """Every workload's paste, each plain workload with context levels planned over its context
     mix (see the module doc); the levels' own plans are kept as they are."""
@@ -197,7 +202,7 @@ def mix_snippets(
         mixed = []
         for level in sorted({b for w, b in by_cell if w == plan.workload}):
             cells = {m: by_cell[m, level] for m in members if (m, level) in by_cell}
-            mixed.append(mix_recommendation(plan.workload, cells, weights))
+            mixed.append(mix_recommendation(plan.workload, cells, weights, idle))
         mix = plan_snippet(plan.workload, mixed, templates, max_num_seqs=max_num_seqs, table_refusal=table_refusal)
         said = ", ".join(f"{context_label(m, context_tokens(configs, m))} {100 * weights[m]:.0f}%" for m in members)
         how = "measure.context_weight is 0: weighed evenly" if even else "as measure.context_weight weighs them"

@@ -284,7 +284,7 @@ def analyze_with_settings(
         captured_widths=settings.captured_widths,
     )
     mixed = mix_snippets(analysis.recommendations, analysis.snippets, configs, settings.workload_weights,
-                         max_num_seqs=settings.max_num_seqs, table_refusal=table_refusal)  # fmt: skip
+                         max_num_seqs=settings.max_num_seqs, table_refusal=table_refusal, idle=idle)  # fmt: skip
     return replace(analysis, snippets=mixed)
 
 
