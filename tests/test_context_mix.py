@@ -114,6 +114,13 @@ def test_a_configuration_the_engine_runs_as_speculation_off_is_no_candidate_of_t
     assert mixed.choice == K2 and K4 not in {row.candidate for row in mixed.candidates}
 
 
+def test_contexts_that_share_no_candidate_keep_the_first_contexts_pick() -> None:
+    other = Candidate(drafter=Drafter(method="ngram", draft_sample_method="greedy"), num_speculative_tokens=3)
+    plain = rec("w", 1, {K2: 100.0, K4: 110.0})
+    mixed = mix_recommendation("w", {"w": plain, "w@16k": rec("w@16k", 1, {other: 50.0})}, {"w": 0.5, "w@16k": 0.5})
+    assert mixed.choice == K4 and mixed.workload == "w"
+
+
 def _config(
     trial: int, spec: SpeculativeConfig | None, rates: dict[str, dict[Candidate, float]], k: int
 ) -> MeasuredConfig:
@@ -236,6 +243,8 @@ def test_a_context_study_prints_its_grid_pastes_over_the_mix_and_reports_every_c
     assert [line.split(" | ")[0] for line in table[2:]] == [f"| {rows[0].split(')')[0]})", "| prose@8k"]
     assert all(len(re.findall(r"tok/s", line)) == 2 for line in table[2:]), table
     results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    tokens = {r["workload"]: r["context_tokens"] for r in results["recommendations"]}
+    assert tokens["prose@8k"] == 8192 and tokens["prose"] < 1000  # every recommendation says its context
     (entry,) = results["context"]
     assert entry["weights"] == {"prose": 0.5, "prose@8k": 0.5} and not entry["weighed_evenly"]
     assert [c["context_tokens"] for c in entry["contexts"]][1] == 8192

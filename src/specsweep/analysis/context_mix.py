@@ -101,6 +101,8 @@ def mix_recommendation(
     by_member = {m: {row.candidate: row for row in rec.candidates} for m, rec in recommendations.items()}
     first = by_member[members[0]]
     common = [c for c in first if c not in idle and all(c in rows for rows in by_member.values())]
+    if not common:  # no candidate every context predicts (each fitted other drafters): the first context's pick
+        return replace(recommendations[members[0]], workload=workload)
 
     def mean(candidate: Candidate, value: Callable[[CandidateRate], float | None]) -> float | None:
         values = [value(by_member[m][candidate]) for m in members]

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specsweep.analysis.context_mix import context_members
+from specsweep.analysis.context_mix import context_members, context_tokens
 from specsweep.analysis.drafters import Candidate, drafter_label
 from specsweep.analysis.recommendation import Gain, Recommendation
 from specsweep.analysis.snippet_plan import SnippetPlan
@@ -249,7 +249,10 @@ def results_document(
                 "k_max": settings.k_max,
                 "engine_flags": sorted(settings.engine_flags) if settings.engine_flags else None,
             },
-            "recommendations": [asdict(r) for r in analysis.recommendations],
+            # each with its context in tokens (a level's, or the plain workload's mean prompt tokens)
+            "recommendations": [
+                {**asdict(r), "context_tokens": context_tokens(configs, r.workload)} for r in analysis.recommendations
+            ],
             "snippets": {
                 w: {"format": snippet_format, "text": snippet_for(analysis, w, snippet_format, settings=settings)}
                 for w in analysis.workloads
