@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specsweep.analysis.aggregate import fit_aggregate_acceptance
+from specsweep.analysis.context_mix import drafter_templates, mix_snippets
 from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, drafter_of
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
 from specsweep.analysis.latency import itl_limit
@@ -231,7 +232,7 @@ def analyze_study(
                 )
             )
         recommendations.extend(mine)
-        templates = {d: c.spec for c in measured if (d := drafter_of(c.spec)) is not None and c.spec is not None}
+        templates = drafter_templates(measured)
         snippets.append(plan_snippet(workload, mine, templates, max_num_seqs=max_num_seqs, table_refusal=table_refusal))
         target = objective_concurrency if objective_concurrency in levels else levels[0]
         top = next(r for r in mine if r.concurrency == target)
@@ -264,8 +265,8 @@ def analyze_with_settings(
 ) -> StudyAnalysis:
     """:func:`analyze_study` of a study's measured configurations as its settings ask: the search
     decides on, and the report draws, this one analysis (``table_refusal``: the engine's, for
-    the paste)."""
-    return analyze_study(
+    the paste); a workload with context levels pastes over its context mix (analysis/context_mix.py)."""
+    analysis = analyze_study(
         configs,
         workloads=settings.workloads,
         concurrency_levels=settings.concurrency_levels,
@@ -282,6 +283,9 @@ def analyze_with_settings(
         idle=idle,
         captured_widths=settings.captured_widths,
     )
+    mixed = mix_snippets(analysis.recommendations, analysis.snippets, configs, settings.workload_weights,
+                         max_num_seqs=settings.max_num_seqs, table_refusal=table_refusal, idle=idle)  # fmt: skip
+    return replace(analysis, snippets=mixed)
 
 
 def drafter_acceptance(

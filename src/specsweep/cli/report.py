@@ -91,7 +91,7 @@ def report(
         analysis, configs, settings, trial_history(study), target, name=study.study_name, snippet_format=fmt
     )
     console = fitted_console()
-    print_picks(console, analysis, verbose=verbose)
+    print_picks(console, analysis, verbose=verbose, configs=configs)
     limit_s = max_itl_p99 / 1000 if max_itl_p99 else settings.max_itl_p99_s
     if limit_s:
         said = "" if verbose else "; --verbose says where it is not met"

@@ -92,6 +92,7 @@ EXAMPLES = (
     "specsweep study --workload technical",
     "specsweep study --workload technical --concurrency 1,4,16 --max-tokens 300 --temperature 0.6 --dry-run",
     "specsweep study --config studies/dgx-spark.toml --requests 16 --dry-run",
+    "specsweep study --workload technical --context 16k,64k",
 )
 
 
@@ -354,7 +355,7 @@ def _print_results(out: Console, study: optuna.Study, *, on_emulator: bool, verb
         out.print(f"\n[yellow]no model-based recommendation ({exc}); the best measured configuration:[/yellow]")
         out.print(render_snippet(best.spec, fmt), soft_wrap=True, highlight=False, markup=False)
     else:
-        print_picks(out, stored.analysis, verbose=verbose)
+        print_picks(out, stored.analysis, verbose=verbose, configs=stored.configs)
         print_paste(out, stored.analysis, fmt, settings=stored.settings)
     return True
 

@@ -14,6 +14,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from specsweep.analysis.context_mix import ContextGrid, context_grids, context_members
 from specsweep.analysis.recommendation import Gain, Recommendation
 from specsweep.analysis.study import StudyAnalysis
 from specsweep.cli.study_progress import minutes
@@ -164,18 +165,49 @@ def picks_table(recommendations: Sequence[Recommendation]) -> Table:
     return table
 
 
+def context_table(grid: ContextGrid, *, short: bool) -> Table:
+    """One row per context, one column per concurrency: each cell's pick, its predicted rate and
+    its gain over speculation off ("*": never measured there; ``short``: k alone, one drafter)."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    table.add_column("context")
+    for level in grid.concurrency_levels:
+        table.add_column(f"at {level}", justify="right")
+    for row in grid.rows:
+        cells = []
+        for level in grid.concurrency_levels:
+            r = row.picks.get(level)
+            if r is None:
+                cells.append("-")
+                continue
+            name = f"k={r.choice.num_speculative_tokens}" if short and not r.speculation_off else r.choice.short_label
+            gain = "" if r.speculation_off else f" {_gain(r.gain_over_off)}"
+            cells.append(f"{name}{'' if r.measured else '*'} {r.tokens_per_s:.1f}{gain}")
+        table.add_row(row.label, *cells)
+    return table
+
+
 def baseline_said(recommendations: Sequence[Recommendation]) -> str:
     """ "; baseline: k=5 probabilistic" (what the server ran before the study; "" without one)."""
     over = sorted({r.gain_over_baseline.over.short_label for r in recommendations if r.gain_over_baseline})
     return f"; baseline: {', '.join(over)}" if over else ""
 
 
-def print_picks(out: Console, analysis: StudyAnalysis, *, verbose: bool) -> None:
-    """The picks as one table (``verbose``: each with the reason the recommendation gives)."""
+def print_picks(
+    out: Console, analysis: StudyAnalysis, *, verbose: bool, configs: Sequence[MeasuredConfig] = ()
+) -> None:
+    """The picks as one table (``verbose``: each with the reason the recommendation gives), then
+    each workload with context levels as a grid of its best k by context (``configs``: the
+    measured ones, for the plain workload's prompt tokens)."""
     recs = analysis.recommendations
     workloads = "" if len({r.workload for r in recs}) != 1 else f" for {recs[0].workload}"
     out.print(f"\n[bold]picks[/bold]{workloads} (predicted tok/s, 95% interval{baseline_said(recs)})")
     out.print(picks_table(analysis.recommendations))
+    for grid in context_grids(recs, configs):
+        drafters = {r.choice.drafter for row in grid.rows for r in row.picks.values() if not r.choice.off}
+        one = next(iter(drafters)) if len(drafters) == 1 else None
+        said = f"{one.draft_sample_method}; " if one is not None else ""
+        out.print(f"\n[bold]best k by context[/bold] for {grid.workload} ({said}predicted tok/s, vs off)")
+        out.print(context_table(grid, short=one is not None))
     if verbose:
         for rec in analysis.recommendations:
             out.print(f"{rec.workload} at {rec.concurrency}: {rec.reason}", style="dim")
@@ -185,10 +217,11 @@ def print_picks(out: Console, analysis: StudyAnalysis, *, verbose: bool) -> None
 
 def print_paste(out: Console, analysis: StudyAnalysis, fmt: str, *, settings: StudySettings | None) -> None:
     """Each workload's paste, whole: never wrapped or cut, whatever the console's width."""
+    mixed = context_members(analysis.workloads)
     for workload in analysis.workloads:
         plan = analysis.snippet(workload)
-        if plan is None:
-            continue
+        if plan is None or any(workload in members[1:] for members in mixed.values()):
+            continue  # a context level: its workload's paste covers it
         table = ""
         if plan.table:
             bound = "max_num_seqs" if plan.max_batch_known else "max_num_seqs not known"

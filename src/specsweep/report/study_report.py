@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from specsweep.analysis.context_mix import context_members, context_tokens
 from specsweep.analysis.drafters import Candidate, drafter_label
 from specsweep.analysis.recommendation import Gain, Recommendation
 from specsweep.analysis.snippet_plan import SnippetPlan
@@ -18,6 +19,7 @@ from specsweep.analysis.study import StudyAnalysis
 from specsweep.engines.registry import engine_of_format, measured_speaks_for
 from specsweep.names import file_part
 from specsweep.report import document as doc
+from specsweep.report.context_report import context_blocks, context_json
 from specsweep.report.figures import (
     TrialPoint,
     acceptance_figure_data,
@@ -149,16 +151,20 @@ def write_report(
     blocks.append(doc.Paragraph(text=_summary(analysis, configs, settings, history)))
     blocks.append(doc.Heading(text="Recommendation"))
     blocks.append(doc.Table(header=recommendation_header(analysis), rows=tuple(recommendation_rows(analysis))))
+    levels = {m for members in context_members(analysis.workloads).values() for m in members[1:]}
     for workload in analysis.workloads:
         plan = analysis.snippet(workload)
-        if plan is None:
-            continue
+        if plan is None or workload in levels:
+            continue  # a context level: its workload's paste, over the context mix, covers it
         text = snippet_for(analysis, workload, snippet_format, settings=settings)
         blocks.append(doc.Paragraph(text=f"{workload}: {snippet_heading(plan)}"))
         blocks.append(doc.Code(text=text))
         if plan.notes:
             blocks.append(doc.Bullets(items=plan.notes))
     blocks.append(doc.Bullets(items=tuple(r.reason for r in analysis.recommendations) + analysis.notes))
+    by_context, context_figures = context_blocks(analysis, configs, figures_dir)
+    blocks.extend(by_context)
+    figures.extend(context_figures)
     for workload in analysis.workloads:
         blocks.append(doc.Heading(text=f"{workload}: acceptance decay"))
         path = render_figure(
@@ -243,7 +249,10 @@ def results_document(
                 "k_max": settings.k_max,
                 "engine_flags": sorted(settings.engine_flags) if settings.engine_flags else None,
             },
-            "recommendations": [asdict(r) for r in analysis.recommendations],
+            # each with its context in tokens (a level's, or the plain workload's mean prompt tokens)
+            "recommendations": [
+                {**asdict(r), "context_tokens": context_tokens(configs, r.workload)} for r in analysis.recommendations
+            ],
             "snippets": {
                 w: {"format": snippet_format, "text": snippet_for(analysis, w, snippet_format, settings=settings)}
                 for w in analysis.workloads
@@ -252,6 +261,7 @@ def results_document(
             "throughput_models": {w: m.to_dict() for w, m in analysis.models.items()},
             "predictions": [asdict(p) for p in analysis.predictions],
             "notes": list(analysis.notes),
+            "context": context_json(analysis, configs, settings.workload_weights),
             "measured": [
                 {
                     "trial": c.trial,

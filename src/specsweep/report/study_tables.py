@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, fields
 from typing import Any
 
+from specsweep.analysis.context_mix import context_tokens
 from specsweep.analysis.drafters import candidate_of, configuration_label
 from specsweep.report import document as doc
 from specsweep.types import LevelFigures, MeasuredConfig
@@ -17,6 +18,8 @@ RESULTS_CSV = "results.csv"
 # results.csv: what identifies a row, then every figure a level keeps (LevelFigures' fields).
 CSV_KEYS = ("trial", "configuration", "spec", "workload")
 CSV_FIGURES = tuple(f.name for f in fields(LevelFigures) if f.name not in ("notes", "by_subcategory"))
+# then the row's context in tokens: a level's (W@16k: 16384), a plain workload's mean prompt tokens
+CSV_CONTEXT = ("context",)
 
 
 def results_csv(configs: Sequence[MeasuredConfig]) -> str:
@@ -25,14 +28,16 @@ def results_csv(configs: Sequence[MeasuredConfig]) -> str:
     the emulator)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_KEYS + CSV_FIGURES)
+    writer.writerow(CSV_KEYS + CSV_FIGURES + CSV_CONTEXT)
+    context = {w: context_tokens(configs, w) for c in configs for w in c.results}
     for config in sorted(configs, key=lambda c: c.trial):
         label = configuration_label(config.configuration)
         for workload, levels in config.results.items():
             for level in sorted(levels):
                 row = asdict(levels[level])
                 spec = config.spec.to_json() if config.spec else ""
-                writer.writerow([config.trial, label, spec, workload, *(_csv_value(row[n]) for n in CSV_FIGURES)])
+                figures = (_csv_value(row[n]) for n in CSV_FIGURES)
+                writer.writerow([config.trial, label, spec, workload, *figures, _csv_value(context[workload])])
     return buffer.getvalue()
 
 

@@ -1,0 +1,257 @@
+"""A workload across its context levels: its paste over the user's context mix, and each level's
+context in tokens.
+
+A study with context levels (``measure.context``) measures each workload W again as ``W@16k``,
+``W@64k`` (workload.context_variant_name), and recommends for each (context, concurrency) cell
+as for any workload. No released engine takes a k per context (vLLM's
+``num_speculative_tokens_per_seq_len`` is a proposal only, docs/engines.md), so W's paste is one
+per-batch-size choice for every context: at each concurrency, of the candidates the study
+measured there at every context, the one whose predicted rate, averaged over the contexts with
+the study's weights, is highest. The weights are the objective's (tuning/workloads.py): the
+plain workload 1 - ``measure.context_weight``, each level its even part of the rest; when the
+levels weigh 0 (the default) every context weighs the same, and the paste says so. Each context
+says what it gives up: its predicted shortfall against its own pick at each concurrency.
+
+The predictions are the recommendations' candidate rows (the model's point predictions), so
+the mix adds no fit of its own. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from specsweep.analysis.drafters import Candidate, Drafter, drafter_of
+from specsweep.analysis.recommendation import CandidateRate, Recommendation
+from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
+from specsweep.types import MeasuredConfig, SpeculativeConfig
+from specsweep.workload import parse_context_variant
+
+
+def context_members(workloads: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Each plain workload measured at a context level -> itself, then its levels, shortest first."""
+    names = list(dict.fromkeys(workloads))
+    out: dict[str, tuple[str, ...]] = {}
+    for name in names:
+        if parse_context_variant(name)[1] is not None:
+            continue
+        levels = sorted(
+            (level, other)
+            for other in names
+            if (parsed := parse_context_variant(other))[0] == name and (level := parsed[1]) is not None
+        )
+        if levels:
+            out[name] = (name, *(other for _, other in levels))
+    return out
+
+
+def mix_weights(members: Sequence[str], workload_weights: Mapping[str, float]) -> tuple[dict[str, float], bool]:
+    """Each context's share of the mix (summing to 1), and whether it is the even one: the
+    study's weights normalised, or every context alike where the levels weigh nothing."""
+    weights = {m: max(0.0, float(workload_weights.get(m, 0.0))) for m in members}
+    levels = [m for m in members if parse_context_variant(m)[1] is not None]
+    if sum(weights.values()) <= 0.0 or all(weights[m] == 0.0 for m in levels):
+        return {m: 1.0 / len(members) for m in members}, True
+    total = sum(weights.values())
+    return {m: w / total for m, w in weights.items()}, False
+
+
+def context_tokens(configs: Sequence[MeasuredConfig], workload: str) -> float | None:
+    """A workload's context in tokens: a level's own (``W@16k``: 16,384), a plain workload's mean
+    prompt tokens as the server counted them over its measured levels (None: not kept)."""
+    level = parse_context_variant(workload)[1]
+    if level is not None:
+        return float(level)
+    means = [
+        figures.prompt_tokens_mean
+        for c in configs
+        if c.feasible
+        for figures in c.results.get(workload, {}).values()
+        if figures.prompt_tokens_mean is not None
+    ]
+    return sum(means) / len(means) if means else None
+
+
+def context_label(workload: str, tokens: float | None) -> str:
+    """``technical@16k`` for a level; ``technical (402 tokens)`` for the plain workload."""
+    if parse_context_variant(workload)[1] is not None or tokens is None:
+        return workload
+    return f"{workload} ({tokens:,.0f} tokens)"
+
+
+def drafter_templates(configs: Sequence[MeasuredConfig]) -> dict[Drafter, SpeculativeConfig]:
+    """A measured spec config of each drafter: what a paste running that drafter starts from."""
+    return {d: c.spec for c in configs if c.feasible and (d := drafter_of(c.spec)) is not None and c.spec is not None}
+
+
+def mix_recommendation(
+    workload: str,
+    recommendations: Mapping[str, Recommendation],
+    weights: Mapping[str, float],
+    idle: Collection[Candidate] = (),
+) -> Recommendation:
+    """At one concurrency, the pick over the context mix: each candidate every context predicts,
+    its rate the weighted mean of theirs (measured: where every context measured it); the
+    highest of the measured ones wins (of all, where none was measured everywhere). ``idle``:
+    configurations the engine runs as speculation off, no candidates of their own."""
+    members = list(recommendations)
+    share = {m: weights.get(m, 0.0) for m in members}
+    total = sum(share.values())
+    share = {m: (w / total if total > 0 else 1.0 / len(members)) for m, w in share.items()}
+    by_member = {m: {row.candidate: row for row in rec.candidates} for m, rec in recommendations.items()}
+    first = by_member[members[0]]
+    common = [c for c in first if c not in idle and all(c in rows for rows in by_member.values())]
+    if not common:  # no candidate every context predicts (each fitted other drafters): the first context's pick
+        return replace(recommendations[members[0]], workload=workload)
+
+    def mean(candidate: Candidate, value: Callable[[CandidateRate], float | None]) -> float | None:
+        values = [value(by_member[m][candidate]) for m in members]
+        return (
+            None
+            if any(v is None for v in values)
+            else sum(share[m] * (v or 0.0) for m, v in zip(members, values, strict=True))
+        )
+
+    rates = {c: mean(c, lambda r: r.tokens_per_s) or 0.0 for c in common}
+    measured = {c: mean(c, lambda r: r.measured_tokens_per_s) for c in common}
+    pool = [c for c in common if measured[c] is not None] or common
+    choice = max(pool, key=lambda c: (rates[c], -c.num_speculative_tokens))
+    rows = tuple(
+        CandidateRate(
+            candidate=c,
+            tokens_per_s=rates[c],
+            tokens_per_s_low=mean(c, lambda r: r.tokens_per_s_low) or 0.0,  # the contexts' bounds averaged
+            tokens_per_s_high=mean(c, lambda r: r.tokens_per_s_high) or 0.0,
+            shortfall_tokens_per_s=rates[choice] - rates[c],
+            shortfall_low_tokens_per_s=rates[choice] - rates[c],
+            shortfall_high_tokens_per_s=rates[choice] - rates[c],
+            step_time_source="model",
+            measured_tokens_per_s=measured[c],
+        )
+        for c in common
+    )
+    mine = next(r for r in rows if r.candidate == choice)
+    said = ", ".join(f"{m} {100 * share[m]:.0f}%" for m in members)
+    return replace(
+        recommendations[members[0]],
+        workload=workload,
+        choice=choice,
+        speculation_off=choice.off,
+        tokens_per_s=mine.tokens_per_s,
+        tokens_per_s_low=mine.tokens_per_s_low,
+        tokens_per_s_high=mine.tokens_per_s_high,
+        measured_tokens_per_s=mine.measured_tokens_per_s,
+        tied=(),
+        within_tolerance=(),
+        measured=mine.measured_tokens_per_s is not None,
+        gain_over_off=None,
+        gain_over_baseline=None,
+        reason=f"{choice.label} has the highest predicted rate over the context mix ({said}): "
+        f"{mine.tokens_per_s:.1f} tok/s.",
+        candidates=rows,
+    )
+
+
+def own_pick(rec: Recommendation) -> CandidateRate:
+    """What one cell's own paste would run: its pick where measured, else its best measured candidate."""
+    rows = {row.candidate: row for row in rec.candidates}
+    measured = [row for row in rec.candidates if row.measured_tokens_per_s is not None]
+    if rec.measured or not measured:
+        return rows[rec.choice]
+    return max(measured, key=lambda row: row.tokens_per_s)
+
+
+def given_up_line(member: str, label: str, runs: Mapping[int, Candidate], recs: Mapping[int, Recommendation]) -> str:
+    """What one context gives up under the mix's paste, per concurrency (predicted)."""
+    parts = []
+    for level, run in sorted(runs.items()):
+        rec = recs.get(level)
+        if rec is None:
+            continue
+        own = own_pick(rec)
+        got = next((row for row in rec.candidates if row.candidate == run), None)
+        if got is None or own.candidate == run:
+            parts.append(f"0% at {level}")
+            continue
+        cost = max(0.0, 1.0 - got.tokens_per_s / own.tokens_per_s) if own.tokens_per_s > 0 else 0.0
+        parts.append(f"{100 * cost:.1f}% at {level} ({run.short_label}, its own {own.candidate.short_label})")
+    if all(p.startswith("0% ") for p in parts):
+        return f"{label} gives up nothing: its own pick at every concurrency"
+    return f"{label} gives up, predicted: " + "; ".join(parts)
+
+
+def mix_snippets(
+    recommendations: Sequence[Recommendation],
+    snippets: Sequence[SnippetPlan],
+    configs: Sequence[MeasuredConfig],
+    workload_weights: Mapping[str, float],
+    *,
+    max_num_seqs: int | None,
+    table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
+    idle: Collection[Candidate] = (),
+) -> tuple[SnippetPlan, ...]:
+    """Every workload's paste, each plain workload with context levels planned over its context
+    mix (see the module doc); the levels' own plans are kept as they are."""
+    by_cell = {(r.workload, r.concurrency): r for r in recommendations}
+    templates = drafter_templates(configs)
+    out = []
+    for plan in snippets:
+        members = context_members(w for w, _ in by_cell).get(plan.workload)
+        if members is None:
+            out.append(plan)
+            continue
+        weights, even = mix_weights(members, workload_weights)
+        mixed = []
+        for level in sorted({b for w, b in by_cell if w == plan.workload}):
+            cells = {m: by_cell[m, level] for m in members if (m, level) in by_cell}
+            mixed.append(mix_recommendation(plan.workload, cells, weights, idle))
+        mix = plan_snippet(plan.workload, mixed, templates, max_num_seqs=max_num_seqs, table_refusal=table_refusal)
+        said = ", ".join(f"{context_label(m, context_tokens(configs, m))} {100 * weights[m]:.0f}%" for m in members)
+        how = "measure.context_weight is 0: weighed evenly" if even else "as measure.context_weight weighs them"
+        lines = [
+            f"one paste for every context (no engine takes a k per context): per batch size, the k fastest "
+            f"predicted over the context mix of {said} ({how})"
+        ]
+        for member in members:
+            recs = {b: r for (w, b), r in by_cell.items() if w == member}
+            label = context_label(member, context_tokens(configs, member))
+            lines.append(given_up_line(member, label, mix.choice_by_concurrency, recs))
+        out.append(replace(mix, given_up=tuple(lines) + mix.given_up))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextRow:
+    """One context of a workload: its name, its context in tokens and its pick at each concurrency."""
+
+    workload: str  # ``W`` or ``W@16k``
+    context_tokens: float | None  # a level's, or the plain workload's mean prompt tokens (None: not kept)
+    label: str  # context_label
+    picks: dict[int, Recommendation]  # concurrency -> the cell's recommendation
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextGrid:
+    """The best k of one workload by context (rows, shortest first) and concurrency (columns)."""
+
+    workload: str
+    concurrency_levels: tuple[int, ...]
+    rows: tuple[ContextRow, ...]
+
+
+def context_grids(
+    recommendations: Sequence[Recommendation], configs: Sequence[MeasuredConfig]
+) -> tuple[ContextGrid, ...]:
+    """Each plain workload measured at a context level, as a grid of its cells' recommendations."""
+    grids = []
+    for workload, members in context_members(dict.fromkeys(r.workload for r in recommendations)).items():
+        rows = []
+        for member in members:
+            tokens = context_tokens(configs, member)
+            picks = {r.concurrency: r for r in recommendations if r.workload == member}
+            rows.append(
+                ContextRow(workload=member, context_tokens=tokens, label=context_label(member, tokens), picks=picks)
+            )
+        levels = tuple(sorted({b for row in rows for b in row.picks}))
+        grids.append(ContextGrid(workload=workload, concurrency_levels=levels, rows=tuple(rows)))
+    return tuple(grids)
