@@ -27,7 +27,15 @@ from specsweep.engines.vllm import validate_speculative_config
 from specsweep.report.figures import TrialPoint, acceptance_figure_data, history_figure_data, throughput_figure_data
 from specsweep.report.snippets import render_snippet
 from specsweep.report.study_report import results_document, snippet_heading, write_report
-from specsweep.types import BootFacts, Configuration, LevelFigures, MeasuredConfig, RunNoisePrior, StudySettings
+from specsweep.types import (
+    BootFacts,
+    CapturedWidths,
+    Configuration,
+    LevelFigures,
+    MeasuredConfig,
+    RunNoisePrior,
+    StudySettings,
+)
 
 LEVELS = (1, 4)
 TEMPERATURE = 0.6
@@ -370,9 +378,9 @@ def test_drafters_without_per_position_counters_get_the_aggregate_fit(tmp_path) 
 
 def test_steps_the_model_has_no_part_for_lean_on_what_they_measured() -> None:
     """The probabilistic drafter's step times shaped by captured batch sizes the study was not told
-    of (k = 2 and 4 steps 12% slower, k = 3 8% faster than its parts say) at 1% noise: the step
-    model's deviations carry them, so each measured configuration is predicted within 3% of the
-    rate it measured, and the recommendation is the one measured fastest."""
+    of (graphs captured at widths not known; k = 2 and 4 steps 12% slower, k = 3 8% faster than its
+    parts say) at 1% noise: the step model's deviations carry them, so each measured configuration
+    is predicted within 3% of the rate it measured, and the recommendation is the one measured fastest."""
     configs = simulated_configs("technical", range(1, 6), ("probabilistic",), noise=0.0)
     shape = {2: 1 / 1.12, 3: 1.08, 4: 1 / 1.12}
     shaped = []
@@ -386,7 +394,8 @@ def test_steps_the_model_has_no_part_for_lean_on_what_they_measured() -> None:
         shaped.append(replace(config, results={"technical": levels}))
     prior = RunNoisePrior(relative_sd=0.01, df=20, source="test")
     analysis = analyze_study(
-        shaped, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=5, noise_prior=prior
+        shaped, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=5, noise_prior=prior,
+        captured_widths=CapturedWidths(unknown=True),
     )  # fmt: skip
     assert analysis.models["technical"].posterior.cell_sd > 0.02  # the parts alone miss the steps
     rec = analysis.recommendation("technical", 1)

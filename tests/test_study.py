@@ -267,8 +267,12 @@ def test_a_vllm_server_that_captured_graphs_gives_the_study_its_widths_by_k_from
     assert widths.at(2)[:4] == (3, 6, 9, 12)
     assert CapturedWidths.from_stored(widths.to_stored()) == widths
     cpu = replace(server, boot=BootFacts())
-    assert not captured_widths_of(engine_info("vllm"), cpu, spec, "0.33.0", 3)
-    assert not captured_widths_of(engine_info("llama.cpp"), server, spec, "0.33.0", 3)
+    none = captured_widths_of(engine_info("vllm"), cpu, spec, "0.33.0", 3)
+    assert not none and not none.unknown  # no graphs captured: steps unpadded, and known to be
+    unknown = captured_widths_of(engine_info("llama.cpp"), server, spec, "0.33.0", 3)
+    assert not unknown and unknown.unknown  # graphs captured at widths no rule says
+    assert CapturedWidths.from_stored(unknown.to_stored()) == unknown
+    assert CapturedWidths.from_stored([]) == CapturedWidths()  # stored before: unpadded, as then
 
 
 def test_consecutive_failures_stop_the_study(tmp_path: Path) -> None:

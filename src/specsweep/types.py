@@ -300,10 +300,12 @@ class CapturedWidths:
     """The verified widths (tokens one step runs) a server captured graphs for, by draft length: a
     step of n verified tokens runs the smallest that holds n. The emulator says one set for every
     k; vLLM rounds its widths to multiples of 1 + k, so they follow from its command per k
-    (engines/vllm_graphs.py). Empty: not known, steps unpadded."""
+    (engines/vllm_graphs.py). Empty: none, steps unpadded; ``unknown`` where the server captured
+    graphs at widths no rule specsweep knows says (the step model then allows its physics more miss)."""
 
     every_k: tuple[int, ...] = ()  # at a draft length ``by_k`` does not name
     by_k: tuple[tuple[int, tuple[int, ...]], ...] = ()  # (k, widths), k = 0: speculation off
+    unknown: bool = False  # graphs captured at widths not known: steps may be padded where the model says not
 
     def at(self, k: int) -> tuple[int, ...]:
         return next((widths for j, widths in self.by_k if j == k), self.every_k)
@@ -311,11 +313,13 @@ class CapturedWidths:
     def __bool__(self) -> bool:
         return bool(self.every_k) or any(widths for _, widths in self.by_k)
 
-    def to_stored(self) -> list[int] | dict[str, list[int]]:
-        """A list when one set holds for every k (as studies stored before widths by k), else k -> list."""
-        if not self.by_k:
+    def to_stored(self) -> list[int] | dict[str, list[int] | bool]:
+        """A list when one set holds for every k (as studies stored before widths by k), else k -> list
+        (and ``"unknown": true`` where graphs were captured at widths not known)."""
+        if not self.by_k and not self.unknown:
             return list(self.every_k)
-        return {"*": list(self.every_k), **{str(k): list(widths) for k, widths in self.by_k}}
+        out: dict[str, list[int] | bool] = {"*": list(self.every_k), **{str(k): list(w) for k, w in self.by_k}}
+        return {**out, "unknown": True} if self.unknown else out
 
     @classmethod
     def from_stored(cls, value: object) -> CapturedWidths:
@@ -328,7 +332,7 @@ class CapturedWidths:
 
         if isinstance(value, dict):
             by_k = tuple(sorted((int(k), widths(v)) for k, v in value.items() if str(k).isdigit()))
-            return cls(every_k=widths(value.get("*")), by_k=by_k)
+            return cls(every_k=widths(value.get("*")), by_k=by_k, unknown=value.get("unknown") is True)
         return cls(every_k=widths(value))
 
 

@@ -21,6 +21,7 @@ from specsweep.analysis.step_model import (
     RIDGE_SD,
     START_PRIOR,
     TAU_PRIOR,
+    TAU_PRIOR_WIDTHS_UNKNOWN,
     Design,
     StepObservation,
     StepPosterior,
@@ -63,7 +64,8 @@ def fit_step_model(
 
     def fitted(knee: float | None, log_sd: np.ndarray | None = None) -> _Fit:
         design = design_of([o.cell for o in usable], shares, methods, sampled, widths, knee)
-        return _fit_components(y, se, z_start, z_cell, design, prior, knee, log_sd)
+        tau = TAU_PRIOR_WIDTHS_UNKNOWN if widths.unknown else TAU_PRIOR
+        return _fit_components(y, se, z_start, z_cell, design, prior, tau, knee, log_sd)
 
     def score(fit: _Fit) -> float:  # two more parameters with a knee, its place and slope (AIC)
         return fit.objective + (0.0 if fit.knee is None else 2.0)
@@ -144,6 +146,7 @@ def _fit_components(
     z_cell: np.ndarray,
     design: Design,
     prior: RunNoisePrior,
+    tau_prior: RunNoisePrior,
     knee: float | None,
     log_sd: np.ndarray | None = None,
 ) -> _Fit:
@@ -172,14 +175,14 @@ def _fit_components(
         _, logdet = np.linalg.slogdet(v)
         _, logdet_info = np.linalg.slogdet(info / np.outer(*(2 * [np.concatenate([scale, np.ones(params.size - p)])])))
         value = 0.5 * (resid @ np.linalg.solve(v, resid) + logdet)
-        for sd, belief in ((math.exp(log_sd[0]), prior), (math.exp(log_sd[1]), TAU_PRIOR)):
+        for sd, belief in ((math.exp(log_sd[0]), prior), (math.exp(log_sd[1]), tau_prior)):
             value -= _log_scaled_inv_chi2(sd, belief)
         return float(value + 0.5 * logdet_info), params, info, float(value)
 
     if log_sd is None:
         result = optimize.minimize(
             lambda z: objective(np.clip(z, math.log(1e-4), 0.0))[0],
-            np.log([prior.relative_sd, TAU_PRIOR.relative_sd]),
+            np.log([prior.relative_sd, tau_prior.relative_sd]),
             method="Nelder-Mead",
             options={"xatol": 0.05, "fatol": 1e-3, "maxiter": 80},
         )

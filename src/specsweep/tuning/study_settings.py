@@ -119,7 +119,7 @@ def stored_max_num_seqs(study: optuna.Study) -> int | None:
 def adopt_captured_widths(study: optuna.Study, widths: CapturedWidths) -> None:
     """The verified widths the study's server captured graphs for, as a started server gave them,
     unless the study has them already (the first server to say them sets them)."""
-    if widths and not study.user_attrs.get("captured_widths"):
+    if (widths or widths.unknown) and not study.user_attrs.get("captured_widths"):
         study.set_user_attr("captured_widths", widths.to_stored())
 
 

@@ -143,7 +143,7 @@ def captured_widths_of(
         except ConfigError:
             widths = None
         if widths is None:
-            return CapturedWidths()  # the engine's rule does not say them all: steps unpadded
+            return CapturedWidths(unknown=True)  # graphs captured, and the engine's rule does not say them all
         by_k.append((k, widths))
     return CapturedWidths(by_k=tuple(by_k))
 
