@@ -195,6 +195,25 @@ def test_sglang_resolves_every_paste_to_what_specsweep_meant(real_sglang, tmp_pa
             }
 
 
+def test_sglang_takes_the_draft_revision_and_quantization_specsweep_passes(real_sglang, tmp_path: Path) -> None:
+    """The two vLLM fields SGLang has flags for resolve to its draft model's own fields."""
+    target, draft = _model_dir(tmp_path / "target"), _model_dir(tmp_path / "draft")
+    specs = configs_of(
+        "sglang", SearchSpace(num_speculative_tokens=(2, 2), fixed={"method": "eagle", "model": draft},
+                              open={"revision": ["main"], "quantization": ["fp8", "w8a8_int8"]}),
+    )  # fmt: skip
+    cases = [
+        ["--model-path", target, "--skip-tokenizer-init", "--device", "cuda",
+         *shlex.split(render_snippet(spec, "sglang"), comments=True)]
+        for spec in specs
+    ]  # fmt: skip
+    results = _run(real_sglang, "sglang_resolve.py", {"cases": cases})
+    for spec, result in zip(specs, results, strict=True):
+        assert result["ok"], (spec.to_json(), result["error"])
+        assert result["resolved"]["speculative_draft_model_revision"] == spec.extra["revision"]
+        assert result["resolved"]["speculative_draft_model_quantization"] == spec.extra["quantization"]
+
+
 # --- llama.cpp -------------------------------------------------------------------------------
 
 
