@@ -349,25 +349,5 @@ def _flag_name(flag: str, flags: frozenset[str] | None, *, spec_type: str, value
     )
 
 
-# common/speculative.cpp lines 1076 to 1081: dflash and dspark cap the draft at the trained block.
-_CLAMPED = re.compile(
-    r"requested draft size \(n_max=(\d+), n_min=\d+\) exceeds the trained block size (\d+) -- clamping to (\d+)"
-)
-
-
-def boot_refusal(log: str) -> str | None:
-    """Why a started llama-server does not run the configuration asked (None: it does): a dflash or
-    dspark draft caps ``--spec-draft-n-max`` at its block size, so the trial would measure another
-    k under this one's name."""
-    match = _CLAMPED.search(log)
-    if match is None or int(match.group(1)) <= int(match.group(3)):
-        return None  # n_min alone was capped: the draft length asked still runs
-    asked, block, runs = match.groups()
-    return (
-        f"llama-server runs --spec-draft-n-max {asked} as {runs}: the draft's trained block size is {block}; "
-        f"keep search.num_speculative_tokens at or below {runs}."
-    )
-
-
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from specsweep.engines import llamacpp, sglang, vllm, vllm_graphs
+from specsweep.engines import llamacpp, llamacpp_caps, sglang, vllm, vllm_graphs
 from specsweep.errors import ConfigError
 from specsweep.secrets import mask_argv
 from specsweep.templates import SHELLS
@@ -54,7 +54,12 @@ class EngineInfo:
     # Why the engine cannot run a per-batch-size choice with a spec config (None: it can).
     table_refusal: Callable[[SpeculativeConfig], str | None] = lambda spec: None
     # Why a server that started does not run the configuration asked, from its log (None: it does).
-    boot_refusal: Callable[[str], str | None] = lambda log: None
+    boot_refusal: Callable[[str, SpeculativeConfig | None], str | None] = lambda log, spec: None
+    # Why a server would not run a configuration's draft length, from the header of a model file the
+    # spec config or the start command names (spec, start argv, path -> header or None; None: it would).
+    draft_cap_refusal: Callable[
+        [SpeculativeConfig | None, Sequence[str] | None, Callable[[str], Mapping[str, Any] | None]], str | None
+    ] = lambda spec, argv, read: None
     # The flags that bound a request's prompt and completion tokens (the server's max model length).
     context_flags: tuple[str, ...] = vllm.CONTEXT_FLAGS
     # The line to say when a server's version is not one whose vocabulary specsweep knows.
@@ -102,7 +107,8 @@ ENGINES = {
         parse_help=llamacpp.parse_help_flags,
         table_refusal=llamacpp.table_refusal,
         vocabulary_note=llamacpp.vocabulary_note,
-        boot_refusal=llamacpp.boot_refusal,
+        boot_refusal=llamacpp_caps.boot_refusal,
+        draft_cap_refusal=llamacpp_caps.mtp_cap_refusal,
         context_flags=llamacpp.CONTEXT_FLAGS,
         running_gauge=llamacpp.REQUESTS_PROCESSING,
         waiting_gauge=llamacpp.REQUESTS_DEFERRED,

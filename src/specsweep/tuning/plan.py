@@ -15,7 +15,7 @@ from specsweep.config import StudyConfig
 from specsweep.engines.registry import engine_info
 from specsweep.runtime.server_plan import PlannedStop, planned_command, planned_stop, planned_words
 from specsweep.runtime.trial_server import TrialServer, read_help_flags
-from specsweep.tuning.space import build_space, check_space, check_spec_args
+from specsweep.tuning.space import build_space, check_draft_caps, check_space, check_spec_args
 from specsweep.tuning.storage import check_storage_url
 from specsweep.tuning.workloads import load_study_workloads, study_workloads
 from specsweep.types import Configuration
@@ -79,6 +79,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     check_space(space, config.source, config.search.baseline)
     help_flags = read_help_flags(config.server, engine)  # llama.cpp: the flags this build takes
     check_spec_args(space, engine, config.source, help_flags=help_flags)
+    check_draft_caps(space, engine, config.server, config.source)  # llama.cpp: a model's MTP layers
     if config.storage is not None:
         check_storage_url(config.storage)
     server = TrialServer(config.server, engine, log_path=Path(os.devnull), help_flags=help_flags)

@@ -11,6 +11,7 @@ fields of its own beside vLLM's).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import shlex
 from collections.abc import Callable
@@ -27,6 +28,9 @@ from specsweep.engines.vllm import (
 )
 from specsweep.engines.vllm import looks_up as vllm_looks_up  # the default engine's rule
 from specsweep.errors import ConfigError
+from specsweep.runtime.gguf import gguf_metadata
+from specsweep.runtime.trial_server import template_argv
+from specsweep.server_config import ServerConfig
 from specsweep.types import Configuration, SpeculativeConfig
 
 
@@ -215,3 +219,15 @@ def check_spec_args(space: Space, engine: EngineInfo, source: str, *, help_flags
             engine.spec_args(configuration.spec, help_flags=help_flags)
         except ConfigError as exc:
             raise ConfigError(f"{source}: [search] {exc}") from None
+
+
+def check_draft_caps(space: Space, engine: EngineInfo, server: ServerConfig, source: str) -> None:
+    """ConfigError naming [search] if the engine would run a configuration's draft length shorter,
+    read from the header of a model file its spec config or start command names (llama.cpp's
+    chained draft-mtp: its MTP layers). A file that cannot be read here is left to the server."""
+    argv = template_argv(server) if server.mode == "process" else None
+    read = functools.cache(gguf_metadata)
+    for configuration in space.configurations():
+        reason = engine.draft_cap_refusal(configuration.spec, argv, read)
+        if reason is not None:
+            raise ConfigError(f"{source}: [search] {reason}")

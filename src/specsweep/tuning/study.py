@@ -49,6 +49,7 @@ from specsweep.tuning.search_words import Leaders
 from specsweep.tuning.space import (
     Space,
     build_space,
+    check_draft_caps,
     check_space,
     check_spec_args,
     check_start_command,
@@ -122,6 +123,7 @@ class StudyRunner:
         # build at hand now, so a setting it cannot express stops the study before any server starts.
         help_flags = read_help_flags(config.server, self.engine)
         check_spec_args(self.space, self.engine, config.source, help_flags=help_flags)
+        check_draft_caps(self.space, self.engine, config.server, config.source)
         workloads: dict[str, Workload] = load_study_workloads(config)
         api_key = api_key_from_env(config.server.api_key_env)
         # One live run per study on local storage: a second one stops here, before it changes anything.
