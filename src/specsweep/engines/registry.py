@@ -70,6 +70,18 @@ class EngineInfo:
         lambda version, argv, spec: None
     )
 
+    def runs_as_measured(self, spec: SpeculativeConfig) -> bool:
+        """Whether this engine drafts as ``spec`` (measured on any engine) did: greedy drafting is
+        the draft's top token everywhere; a sampled draft only where the engine samples that drafter
+        (SGLang never does; llama.cpp for draft-simple and draft-mtp). A method the engine has no
+        name for is left to its render, which refuses it."""
+        if spec.draft_sample_method == "greedy" or not spec.num_speculative_tokens:
+            return True
+        try:
+            return self.has_draft_sample_method and self.drafts_from_a_distribution(spec)
+        except ConfigError:
+            return True
+
     def spec_args(self, spec: SpeculativeConfig | None, *, help_flags: frozenset[str] | None = None) -> list[str]:
         """The engine's flags for ``spec``; ``help_flags``: what the server binary's --help lists, if read."""
         if self.parse_help is not None:
