@@ -19,6 +19,8 @@ from specsweep.runtime.gguf import gguf_metadata
 from specsweep.server_config import ServerConfig
 from specsweep.tuning.space import build_space, check_draft_caps
 
+from .builders import emulator_study, specsweep, write_study
+
 
 def _text(value: str) -> bytes:
     data = value.encode()
@@ -119,3 +121,27 @@ def test_a_started_server_whose_loader_shows_the_cap_fails_the_trial() -> None:
     )
     shorter = engine_info("llama.cpp").validate_spec({"method": "mtp", "num_speculative_tokens": 3})
     assert engine_info("llama.cpp").boot_refusal(log, shorter) is None
+
+
+def test_study_dry_run_refuses_the_space_in_one_line(tmp_path: Path) -> None:
+    """As a user meets it: `study --dry-run` (which starts nothing, as `study` before its first
+    start) stops on the cap, one line; the build's --help is a stand-in listing the draft flags."""
+    program = tmp_path / "llama-server"
+    program.write_text('#!/bin/sh\necho "--spec-type TYPE"\necho "--spec-draft-n-max N"\n')
+    program.chmod(0o755)
+    mtp_model(tmp_path / "step.gguf", "step35", 3)
+    data = emulator_study("mtp", k=(1, 5))
+    data["server"] = {
+        "engine": "llama.cpp",
+        "mode": "process",
+        "start": [str(program), "-m", "step.gguf", "{spec_args}"],
+    }
+    data["search"]["fixed"] = {"method": "mtp"}
+    write_study(tmp_path / "s.toml", data)
+    done = specsweep("study", "--config", "s.toml", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == (
+        "specsweep: error: s.toml: [search] llama.cpp build 11434 chains draft-mtp over the 3 MTP layers of "
+        "step.gguf and drafts at most 3 tokens, without a word: k = 4 would run as k = 3 under another key; keep "
+        "search.num_speculative_tokens at or below 3.\n"
+    )

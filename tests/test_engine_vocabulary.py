@@ -6,6 +6,7 @@ would measure identical servers under different keys)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from specsweep.engines import llamacpp, vllm
 from specsweep.engines.registry import engine_info
 from specsweep.errors import ConfigError
 from specsweep.tuning.space import build_space, check_space
+
+from .builders import emulator_study, specsweep, write_study
 
 # A value other than the default for every field an engine might take, with the drafter it applies to.
 DRAFTER = {"method": "eagle", "model": "d", "num_speculative_tokens": 3}
@@ -153,3 +156,15 @@ def test_fields_each_engine_passes_are_still_taken() -> None:
     assert llama.render_spec_args(both) == [
         "--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "3",
     ]  # fmt: skip
+
+
+def test_an_sglang_study_file_with_a_lookup_length_starts_nothing(tmp_path: Path) -> None:
+    data = emulator_study("ngram", k=(1, 3), search={"fixed": {"method": "ngram", "prompt_lookup_max": 4}})
+    data["server"] = {"engine": "sglang", "mode": "process", "start": ["sglang", "serve", "{spec_args}"]}
+    write_study(tmp_path / "s.toml", data)
+    done = specsweep("study", "--config", "s.toml", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 1 and done.stdout == "" and done.stderr.count("\n") == 1
+    assert done.stderr.startswith(
+        "specsweep: error: s.toml: search.fixed / search.open give an invalid spec config (SGLang 0.5.23 has no "
+        "flag for speculative_config.prompt_lookup_max (its NGRAM matches"
+    )
