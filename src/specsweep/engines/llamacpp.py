@@ -99,8 +99,8 @@ _VLLM_ONLY = "a vLLM setting"
 _GGUF = "llama-server loads the GGUF file as it is"
 # vLLM fields llama-server b11434 has no flag for (common/arg.cpp), and why: refused before any start.
 UNEXPRESSED = {
-    "rejection_sample_method": "it verifies with the standard rule",
-    "draft_tensor_parallel_size": "it has no tensor parallelism",
+    "rejection_sample_method": "it has no choice of verification rule",
+    "draft_tensor_parallel_size": "no --spec-* flag sets a draft tensor parallel size",
     "quantization": _GGUF,
     "revision": _GGUF,
     "code_revision": _GGUF,

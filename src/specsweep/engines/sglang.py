@@ -105,8 +105,8 @@ _VLLM_ONLY = "a vLLM setting"
 _LOOKUP = "its NGRAM matches any suffix up to --speculative-ngram-max-trie-depth: it has no lookup length"
 # vLLM fields SGLang 0.5.23 has no flag for (srt/arg_groups/fields/spec.py), and why.
 UNEXPRESSED = {
-    "rejection_sample_method": "it verifies with the standard rule; specsweep has not checked its "
-    "--speculative-use-block-verification against vLLM's block rule",
+    "rejection_sample_method": "its own --speculative-use-block-verification and --speculative-use-rejection-"
+    "sampling are not checked against vLLM's rules",
     "prompt_lookup_max": _LOOKUP,
     "prompt_lookup_min": _LOOKUP,
     "draft_tensor_parallel_size": "no --speculative-* flag sets the draft's tensor parallel size",
