@@ -234,6 +234,25 @@ def test_sglang_turns_adaptive_mode_off_where_specsweep_says_it_does(real_sglang
         assert result["resolved"]["speculative_num_steps"] == table_spec.num_speculative_tokens
 
 
+def test_sglang_takes_the_draft_revision_and_quantization_specsweep_passes(real_sglang, tmp_path: Path) -> None:
+    """The two vLLM fields SGLang has flags for resolve to its draft model's own fields."""
+    target, draft = _model_dir(tmp_path / "target"), _model_dir(tmp_path / "draft")
+    specs = configs_of(
+        "sglang", SearchSpace(num_speculative_tokens=(2, 2), fixed={"method": "eagle", "model": draft},
+                              open={"revision": ["main"], "quantization": ["fp8", "w8a8_int8"]}),
+    )  # fmt: skip
+    cases = [
+        ["--model-path", target, "--skip-tokenizer-init", "--device", "cuda",
+         *shlex.split(render_snippet(spec, "sglang"), comments=True)]
+        for spec in specs
+    ]  # fmt: skip
+    results = _run(real_sglang, "sglang_resolve.py", {"cases": cases})
+    for spec, result in zip(specs, results, strict=True):
+        assert result["ok"], (spec.to_json(), result["error"])
+        assert result["resolved"]["speculative_draft_model_revision"] == spec.extra["revision"]
+        assert result["resolved"]["speculative_draft_model_quantization"] == spec.extra["quantization"]
+
+
 # --- llama.cpp -------------------------------------------------------------------------------
 
 

@@ -272,10 +272,10 @@ def test_a_draft_length_llama_server_caps_fails_the_trial_with_the_reason() -> N
         "common_speculative_impl_draft_dflash: requested draft size (n_max=8, n_min=0) exceeds the trained "
         "block size 6 -- clamping to 5\n"
     )
-    reason = engine_info("llama.cpp").boot_refusal(log)
+    reason = engine_info("llama.cpp").boot_refusal(log, None)
     assert reason == (
         "llama-server runs --spec-draft-n-max 8 as 5: the draft's trained block size is 6; "
         "keep search.num_speculative_tokens at or below 5."
     )
-    assert engine_info("llama.cpp").boot_refusal("srv  load_model: loading model\n") is None
-    assert engine_info("vllm").boot_refusal(log) is None
+    assert engine_info("llama.cpp").boot_refusal("srv  load_model: loading model\n", None) is None
+    assert engine_info("vllm").boot_refusal(log, None) is None

@@ -39,6 +39,8 @@ FIELDS = (
     "speculative_num_draft_tokens",
     "speculative_adaptive",
     "speculative_adaptive_config",
+    "speculative_draft_model_revision",
+    "speculative_draft_model_quantization",
 )
 
 

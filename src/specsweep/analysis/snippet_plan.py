@@ -8,6 +8,13 @@ can run: the one whose per-level best costs least over all levels, with each lev
 named. vLLM's ``num_speculative_tokens_per_batch_size`` (or SGLang's adaptive config) then
 carries each level's k (0 for speculation off) up to the server's ``max_num_seqs``.
 
+A paste for another engine than the one measured (``recommend --format sglang`` of a vLLM study)
+is chosen from what that engine runs: SGLang drafts with the draft's top token, as llama.cpp's
+eagle3, dflash and dspark do, so where the study measured a drafter both ways, its probabilistic
+drafting is no candidate of the paste (tuning/stored.py); where it measured only probabilistic
+drafting, the paste keeps that k and says in a note (:func:`unmeasured_lines`) that what the
+engine runs was never measured.
+
 Where the engine cannot take a per-batch-size choice for the drafter (llama.cpp always; SGLang
 but for EAGLE and EAGLE3), the paste runs one k at every level: the one whose predicted shortfall,
 summed over the levels, is least among the draft lengths the study measured; each level that
@@ -18,7 +25,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from specsweep.analysis.drafters import Candidate, Drafter
@@ -42,11 +49,12 @@ class SnippetPlan:
     max_batch_known: bool  # False: the server's max_num_seqs was not known
     given_up: tuple[str, ...]  # levels where the paste cannot run the recommendation, and what it costs
     untested: tuple[str, ...]  # recommendations never measured: shown, not pasted
+    unmeasured: tuple[str, ...] = ()  # for another engine: drafting it runs that the study never measured
 
     @property
     def notes(self) -> tuple[str, ...]:
         """What the paste departs from, and why: one line each."""
-        return self.given_up + self.untested
+        return self.unmeasured + self.given_up + self.untested
 
     @property
     def k_by_concurrency(self) -> dict[int, int]:
@@ -131,6 +139,31 @@ def plan_snippet(
         given_up=tuple(given_up),
         untested=tuple(untested),
     )
+
+
+def unmeasured_lines(
+    plan: SnippetPlan, engine: str, unrun: Collection[Drafter], greedy_ks: Mapping[Drafter, Collection[int]]
+) -> tuple[str, ...]:
+    """What a paste for ``engine`` rests on, per drafter the study measured with sampled drafting
+    that ``engine`` runs with the draft's top token (``unrun``): where its greedy drafting (the top
+    token) was measured too (``greedy_ks``: at which k), the paste was chosen from that; where not
+    and the paste runs it, its k comes from drafting ``engine`` does not run."""
+    pasted = {c.drafter for c in plan.choice_by_concurrency.values() if not c.off}
+    lines = []
+    for d in sorted(unrun):
+        head = f"{engine} drafts {d.method} with the draft's top token"
+        if d in greedy_ks:
+            ks = ", ".join(str(k) for k in sorted(greedy_ks[d]))
+            lines.append(
+                f"{head}: this paste is chosen from the study's greedy drafting of it (measured at k = {ks}), not "
+                f"its {d.draft_sample_method} drafting"
+            )
+        elif d in pasted:
+            lines.append(
+                f"{head}, which this study never measured: this k comes from {d.draft_sample_method} drafting; "
+                f'measure {d.method} with draft_sample_method "greedy" to choose its k for {engine}'
+            )
+    return tuple(lines)
 
 
 def _runs_with(

@@ -61,6 +61,6 @@ def recommend(
     # lines (JSON has none: there, on stderr).
     engine = engine_of_format(fmt)
     known = engine.vocabulary_note(stored.settings.engine_version) if engine.name == stored.settings.engine else None
-    for line in [*(plan.given_up if plan else ()), *([known] if known else [])]:
+    for line in [*(plan.unmeasured + plan.given_up if plan else ()), *([known] if known else [])]:
         typer.echo(f"# {line}", err=fmt == "json")
     typer.echo(snippet_for(analysis, chosen, fmt, settings=stored.settings))

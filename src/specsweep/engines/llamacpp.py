@@ -41,7 +41,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from specsweep.engines.versions import choose_vocabulary, version_numbers
+from specsweep.engines.versions import choose_vocabulary, refuse_unexpressed, version_numbers
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.types import CounterNames, SpeculativeConfig
@@ -95,6 +95,24 @@ FIELDS: dict[str, tuple[type, tuple[str, ...]]] = {
     "n_min": (int, (*DRAFT_TYPES, "ngram-mod")),
     "ngram_min_hits": (int, ("ngram-simple", "ngram-map-k", "ngram-map-k4v")),
 }
+_VLLM_ONLY = "a vLLM setting"
+_GGUF = "llama-server loads the GGUF file as it is"
+# vLLM fields llama-server b11434 has no flag for (common/arg.cpp), and why: refused before any start.
+UNEXPRESSED = {
+    "rejection_sample_method": "it has no choice of verification rule",
+    "draft_tensor_parallel_size": "no --spec-* flag sets a draft tensor parallel size",
+    "quantization": _GGUF,
+    "revision": _GGUF,
+    "code_revision": _GGUF,
+    "max_model_len": "the draft context holds what the target's does (speculative.cpp line 2611)",
+    "num_speculative_tokens_per_batch_size": "it takes one draft length for every batch size",
+    "disable_padded_drafter_batch": _VLLM_ONLY,
+    "parallel_drafting": _VLLM_ONLY,
+    "suffix_decoding_max_tree_depth": _VLLM_ONLY,
+    "suffix_decoding_max_cached_requests": _VLLM_ONLY,
+    "suffix_decoding_max_spec_factor": _VLLM_ONLY,
+    "suffix_decoding_min_token_prob": _VLLM_ONLY,
+}
 # Each flag's names, newest first: a build's --help says which one it takes.
 FLAG_NAMES: dict[str, tuple[str, ...]] = {
     "--spec-draft-model": ("-md", "--spec-draft-model", "--model-draft"),
@@ -130,9 +148,17 @@ def vocabulary_note(version: str | None) -> str | None:
 
 
 def validate_spec_config(raw: dict[str, Any], *, version: str | None = None) -> SpeculativeConfig:
-    """vLLM's rules for the fields vLLM has, and llama.cpp's own fields (:data:`FIELDS`) beside them."""
+    """vLLM's rules for the fields vLLM has and llama-server has a flag for (:data:`UNEXPRESSED`),
+    and llama.cpp's own fields (:data:`FIELDS`) beside them."""
     own = {name: raw[name] for name in FIELDS if name in raw}
     spec = validate_speculative_config({key: value for key, value in raw.items() if key not in FIELDS})
+    refuse_unexpressed(raw, f"llama.cpp build {BUILD}", UNEXPRESSED)
+    if spec.prompt_lookup_max != spec.prompt_lookup_min:
+        raise ConfigError(
+            f"llama.cpp build {BUILD} looks up one n-gram length (--spec-ngram-T-size-n), so prompt_lookup_max "
+            f"({spec.prompt_lookup_max}) cannot differ from prompt_lookup_min ({spec.prompt_lookup_min}); "
+            "set prompt_lookup_min alone."
+        )
     if "prompt_lookup_min" not in raw and "prompt_lookup_max" not in raw:
         # vLLM's default lookup of 5 is not llama.cpp's (12, or 24 for ngram-mod): leave it to llama-server.
         spec = replace(spec, prompt_lookup_min=None, prompt_lookup_max=None)
@@ -320,26 +346,6 @@ def _flag_name(flag: str, flags: frozenset[str] | None, *, spec_type: str, value
     raise ConfigError(
         f"this llama-server build lists no {flag} in its --help, so it cannot run {field} {value!r}; "
         f"use a build that has it, or leave {field} out of the study."
-    )
-
-
-# common/speculative.cpp lines 1076 to 1081: dflash and dspark cap the draft at the trained block.
-_CLAMPED = re.compile(
-    r"requested draft size \(n_max=(\d+), n_min=\d+\) exceeds the trained block size (\d+) -- clamping to (\d+)"
-)
-
-
-def boot_refusal(log: str) -> str | None:
-    """Why a started llama-server does not run the configuration asked (None: it does): a dflash or
-    dspark draft caps ``--spec-draft-n-max`` at its block size, so the trial would measure another
-    k under this one's name."""
-    match = _CLAMPED.search(log)
-    if match is None or int(match.group(1)) <= int(match.group(3)):
-        return None  # n_min alone was capped: the draft length asked still runs
-    asked, block, runs = match.groups()
-    return (
-        f"llama-server runs --spec-draft-n-max {asked} as {runs}: the draft's trained block size is {block}; "
-        f"keep search.num_speculative_tokens at or below {runs}."
     )
 
 

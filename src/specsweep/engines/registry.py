@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from specsweep.engines import llamacpp, sglang, vllm, vllm_graphs, vllm_tables
+from specsweep.engines import llamacpp, llamacpp_caps, sglang, vllm, vllm_graphs, vllm_tables
 from specsweep.errors import ConfigError
 from specsweep.secrets import mask_argv
 from specsweep.templates import SHELLS
@@ -63,7 +63,12 @@ class EngineInfo:
         lambda spec, server_args, version: ()
     )
     # Why a server that started does not run the configuration asked, from its log (None: it does).
-    boot_refusal: Callable[[str], str | None] = lambda log: None
+    boot_refusal: Callable[[str, SpeculativeConfig | None], str | None] = lambda log, spec: None
+    # Why a server would not run a configuration's draft length, from the header of a model file the
+    # spec config or the start command names (spec, start argv, path -> header or None; None: it would).
+    draft_cap_refusal: Callable[
+        [SpeculativeConfig | None, Sequence[str] | None, Callable[[str], Mapping[str, Any] | None]], str | None
+    ] = lambda spec, argv, read: None
     # The flags that bound a request's prompt and completion tokens (the server's max model length).
     context_flags: tuple[str, ...] = vllm.CONTEXT_FLAGS
     # The line to say when a server's version is not one whose vocabulary specsweep knows.
@@ -79,6 +84,18 @@ class EngineInfo:
     ) -> Callable[[SpeculativeConfig], str | None]:
         """:attr:`table_refusal` for one server (its flags and version), as the paste plan takes it."""
         return lambda spec: self.table_refusal(spec, server_args, version)
+
+    def runs_as_measured(self, spec: SpeculativeConfig) -> bool:
+        """Whether this engine drafts as ``spec`` (measured on any engine) did: greedy drafting is
+        the draft's top token everywhere; a sampled draft only where the engine samples that drafter
+        (SGLang never does; llama.cpp for draft-simple and draft-mtp). A method the engine has no
+        name for is left to its render, which refuses it."""
+        if spec.draft_sample_method == "greedy" or not spec.num_speculative_tokens:
+            return True
+        try:
+            return self.has_draft_sample_method and self.drafts_from_a_distribution(spec)
+        except ConfigError:
+            return True
 
     def spec_args(self, spec: SpeculativeConfig | None, *, help_flags: frozenset[str] | None = None) -> list[str]:
         """The engine's flags for ``spec``; ``help_flags``: what the server binary's --help lists, if read."""
@@ -119,7 +136,8 @@ ENGINES = {
         parse_help=llamacpp.parse_help_flags,
         table_refusal=lambda spec, server_args, version: llamacpp.table_refusal(spec),
         vocabulary_note=llamacpp.vocabulary_note,
-        boot_refusal=llamacpp.boot_refusal,
+        boot_refusal=llamacpp_caps.boot_refusal,
+        draft_cap_refusal=llamacpp_caps.mtp_cap_refusal,
         context_flags=llamacpp.CONTEXT_FLAGS,
         running_gauge=llamacpp.REQUESTS_PROCESSING,
         waiting_gauge=llamacpp.REQUESTS_DEFERRED,

@@ -43,7 +43,12 @@ ngram       NGRAM --speculative-num-draft-tokens k+1 --speculative-ngram-max-bfs
 ==========  ==========================================================================
 
 Other methods (ngram_gpu, suffix, custom_class) have no SGLang name and are refused before any
-start. A per-batch-size choice is SGLang's adaptive config (``srt/speculative/adaptive_spec_params.py``):
+start. Of vLLM's other fields, ``revision`` and ``quantization`` are the draft's
+``--speculative-draft-model-revision`` and ``--speculative-draft-model-quantization``
+(``srt/arg_groups/fields/spec.py`` lines 47 and 216, its choices ``arg_groups/choices.py`` lines 32
+to 67); every other one SGLang has no flag for is refused before any start (:data:`UNEXPRESSED`).
+
+A per-batch-size choice is SGLang's adaptive config (``srt/speculative/adaptive_spec_params.py``):
 ``--speculative-adaptive --speculative-adaptive-config FILE``, a JSON of batch-size lower bounds
 each with its ``candidate_steps``; one candidate pins a range. It drives EAGLE and EAGLE3 with
 topk 1 only (line 61; other algorithms fall back to static steps with a warning), and some of the
@@ -56,10 +61,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from specsweep.engines.versions import choose_vocabulary
+from specsweep.engines.versions import choose_vocabulary, refuse_unexpressed
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.types import BatchSizeRange, CounterNames, SpeculativeConfig
@@ -97,6 +103,36 @@ ADAPTIVE_REFUSING_FLAGS = {"--enable-lora": "LoRA", "--lora-paths": "LoRA", "--e
 AdaptiveState = Literal["on", "off", "turned off"]  # "turned off": asked for, and SGLang turned it off
 # Where a paste writes the adaptive config on the server when no workload names it.
 ADAPTIVE_CONFIG_PATH = PurePosixPath("/tmp/sglang-adaptive.json")
+# vLLM fields SGLang has a flag for: the draft model's revision and quantization.
+DRAFT_FLAGS = {
+    "revision": "--speculative-draft-model-revision",
+    "quantization": "--speculative-draft-model-quantization",
+}
+# --speculative-draft-model-quantization's choices (srt/arg_groups/choices.py lines 32 to 67).
+QUANTIZATIONS = (
+    "awq", "fp8", "mxfp8", "gptq", "gptq_marlin", "awq_marlin", "bitsandbytes", "gguf", "modelopt", "modelopt_fp8",
+    "modelopt_fp4", "nvfp4_online", "modelopt_mixed", "petit_nvfp4", "w8a8_int8", "w8a8_fp8", "moe_wna16", "w4afp8",
+    "mxfp4", "auto-round", "auto-round-int8", "compressed-tensors", "modelslim", "mxfp_w4a8", "quark",
+    "quark_int4fp8_moe", "quark_mxfp4", "mlx_q4", "mlx_q8", "unquant", "humming",
+)  # fmt: skip
+_VLLM_ONLY = "a vLLM setting"
+_LOOKUP = "its NGRAM matches any suffix up to --speculative-ngram-max-trie-depth: it has no lookup length"
+# vLLM fields SGLang 0.5.23 has no flag for (srt/arg_groups/fields/spec.py), and why.
+UNEXPRESSED = {
+    "rejection_sample_method": "its own --speculative-use-block-verification and --speculative-use-rejection-"
+    "sampling are not checked against vLLM's rules",
+    "prompt_lookup_max": _LOOKUP,
+    "prompt_lookup_min": _LOOKUP,
+    "draft_tensor_parallel_size": "no --speculative-* flag sets the draft's tensor parallel size",
+    "max_model_len": "no --speculative-* flag sets the draft's context length",
+    "code_revision": _VLLM_ONLY,
+    "disable_padded_drafter_batch": _VLLM_ONLY,
+    "parallel_drafting": _VLLM_ONLY,
+    "suffix_decoding_max_tree_depth": _VLLM_ONLY,
+    "suffix_decoding_max_cached_requests": _VLLM_ONLY,
+    "suffix_decoding_max_spec_factor": _VLLM_ONLY,
+    "suffix_decoding_min_token_prob": _VLLM_ONLY,
+}
 
 
 def algorithm_of(method: str | None) -> str:
@@ -116,12 +152,21 @@ def vocabulary_note(version: str | None) -> str | None:
 
 
 def validate_spec_config(raw: dict[str, Any], *, version: str | None = None) -> SpeculativeConfig:
-    """vLLM's field rules, and a method SGLang has a name for (refused before any start)."""
+    """vLLM's field rules, a method SGLang has a name for, and only the fields SGLang has a flag for
+    (:data:`UNEXPRESSED`; refused before any start)."""
     spec = validate_speculative_config(raw)
     algorithm_of(spec.method)
+    refuse_unexpressed(raw, f"SGLang {VERSION}", UNEXPRESSED)
     if spec.draft_sample_method != "greedy":
         raise ConfigError("SGLang has no draft sampling choice: leave draft_sample_method out of an SGLang study.")
-    return spec
+    quantization = spec.extra.get("quantization")
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ConfigError(
+            f"SGLang {VERSION} has no draft quantization {quantization!r} (--speculative-draft-model-quantization "
+            "takes " + ", ".join(QUANTIZATIONS[:8]) + ", ...); name one of its choices."
+        )
+    # vLLM's lookup default (5) is no SGLang setting: it is not part of the configuration's key.
+    return replace(spec, prompt_lookup_max=None, prompt_lookup_min=None)
 
 
 def table_refusal(
@@ -242,6 +287,9 @@ def render_spec_args(spec: SpeculativeConfig | None, *, adaptive_config_path: st
         args += ["--speculative-num-draft-tokens", str(k + 1), "--speculative-ngram-max-bfs-breadth", "1"]
     if spec.model:
         args += ["--speculative-draft-model-path", spec.model]
+    for name, flag in DRAFT_FLAGS.items():
+        if spec.extra.get(name) is not None:
+            args += [flag, str(spec.extra[name])]
     table = spec.num_speculative_tokens_per_batch_size
     if table:
         reason = table_refusal(spec)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from specsweep.errors import ConfigError
+
 V = TypeVar("V")
 
 _NUMBERS = re.compile(r"\d+")
@@ -50,3 +52,17 @@ def choose_vocabulary(engine: str, known: Mapping[str, V], version: str | None) 
         note=f"{said}: specsweep knows the vocabulary of {engine} {names} (from their source) and renders, "
         f"validates and pastes for {newest}, the newest of them.",
     )
+
+
+def refuse_unexpressed(raw: Mapping[str, object], engine: str, reasons: Mapping[str, str]) -> None:
+    """ConfigError, in one line, for the first spec-config field in ``raw`` that ``engine`` has no
+    flag for (``reasons``: field -> why): a study that opened it would measure identical servers
+    under different keys. ``rejection_sample_method`` counts only when it is not vLLM's default."""
+    for name, reason in reasons.items():
+        if name not in raw or (name == "rejection_sample_method" and raw[name] == "standard"):
+            continue
+        shown = f"{name} {raw[name]!r}" if name == "rejection_sample_method" else name
+        raise ConfigError(
+            f"{engine} has no flag for speculative_config.{shown} ({reason}): specsweep would start the same "
+            "server under another key; leave it out of search.fixed and search.open."
+        )

@@ -171,7 +171,7 @@ class TrialServer:
                 write_lease(self.lease_path, lease)
         self._wait_ready(url + config.ready_path)
         startup = time.monotonic() - started
-        refusal = self.engine.boot_refusal(self.log())
+        refusal = self.engine.boot_refusal(self.log(), spec)
         if refusal is not None:
             raise LaunchError(refusal)
         identity = read_server_identity(url, self.engine.name)

@@ -11,6 +11,7 @@ fields of its own beside vLLM's).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import shlex
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from specsweep.engines.vllm import (
 )
 from specsweep.engines.vllm import looks_up as vllm_looks_up  # the default engine's rule
 from specsweep.errors import ConfigError
+from specsweep.runtime.gguf import gguf_metadata
 from specsweep.runtime.trial_server import template_argv
 from specsweep.types import Configuration, SpeculativeConfig
 
@@ -218,9 +220,11 @@ def check_spec_args(
 ) -> None:
     """ConfigError naming [search] if the engine cannot render a configuration of the space as flags
     (on llama.cpp, for the build whose ``--help`` listed ``help_flags``), or ``server`` refuses to
-    start with the table the space sets (:func:`check_table_start`)."""
+    start with the table the space sets (:func:`check_table_start`), or would run a draft length
+    shorter than asked (:func:`check_draft_caps`)."""
     if server is not None:
         check_table_start(space, engine, source, server)
+        check_draft_caps(space, engine, server, source)  # llama.cpp: a model's MTP layers
     for configuration in space.configurations():
         try:
             engine.spec_args(configuration.spec, help_flags=help_flags)
@@ -241,3 +245,15 @@ def check_table_start(space: Space, engine: EngineInfo, source: str, server: Ser
             f"{source}: search.fixed sets num_speculative_tokens_per_batch_size, but {reason}: leave the table "
             "out of search.fixed, or those flags out of server.start."
         )
+
+
+def check_draft_caps(space: Space, engine: EngineInfo, server: ServerConfig, source: str) -> None:
+    """ConfigError naming [search] if the engine would run a configuration's draft length shorter,
+    read from the header of a model file its spec config or start command names (llama.cpp's
+    chained draft-mtp: its MTP layers). A file that cannot be read here is left to the server."""
+    argv = template_argv(server) if server.mode == "process" else None
+    read = functools.cache(gguf_metadata)
+    for configuration in space.configurations():
+        reason = engine.draft_cap_refusal(configuration.spec, argv, read)
+        if reason is not None:
+            raise ConfigError(f"{source}: [search] {reason}")

@@ -11,15 +11,16 @@ speculation off and over the baseline (the configuration run today) when both we
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import optuna
 
-from specsweep.analysis.drafters import Candidate, drafter_of
+from specsweep.analysis.drafters import Candidate, Drafter, drafter_of
+from specsweep.analysis.snippet_plan import unmeasured_lines
 from specsweep.analysis.study import StudyAnalysis, analyze_with_settings, measured_rates
-from specsweep.engines.registry import engine_info, known_engine, measured_speaks_for
+from specsweep.engines.registry import EngineInfo, engine_info, known_engine, measured_speaks_for
 from specsweep.errors import ConfigError, FitError
 from specsweep.tuning.records import measured_configs, read_trials
 from specsweep.tuning.storage import open_storage, redact_password
@@ -125,7 +126,50 @@ def analyze_stored_study(
     same = measured_speaks_for(settings.engine, engine)
     refusal = engine.table_refusal_on(settings.server_args if same else None, settings.engine_version if same else None)
     analysis = analyze_with_settings(configs, settings, seed=seed, table_refusal=refusal, idle=idle)
+    analysis = _pasted_for(engine, analysis, configs, settings, seed=seed, idle=idle, refusal=refusal)
     return StoredAnalysis(analysis=analysis, configs=configs, settings=settings)
+
+
+# How a paste's notes name an engine.
+ENGINE_WORDS = {"sglang": "SGLang", "llama.cpp": "llama.cpp", "vllm": "vLLM", "emulator": "vLLM"}
+
+
+def _pasted_for(
+    engine: EngineInfo,
+    analysis: StudyAnalysis,
+    configs: Sequence[MeasuredConfig],
+    settings: StudySettings,
+    *,
+    seed: int,
+    idle: Collection[Candidate],
+    refusal: Callable[[SpeculativeConfig], str | None],
+) -> StudyAnalysis:
+    """The analysis with each workload's paste chosen from what ``engine`` runs. A drafter the study
+    measured with sampled drafting that the engine runs with the draft's top token (SGLang; llama.cpp's
+    eagle3, dflash and dspark) is no candidate of the paste where its greedy drafting (the top token)
+    was measured too; where it was not, the paste may keep it, and its notes say so."""
+    feasible = [c for c in configs if c.feasible]
+    unrun = {d for c in feasible if c.spec and not engine.runs_as_measured(c.spec) and (d := drafter_of(c.spec))}
+    if not unrun:
+        return analysis
+    greedy_ks: dict[Drafter, set[int]] = {}
+    for c in feasible:
+        sibling = next((d for d in unrun if replace(d, draft_sample_method="greedy") == drafter_of(c.spec)), None)
+        if sibling is not None and c.spec is not None and c.spec.num_speculative_tokens:
+            greedy_ks.setdefault(sibling, set()).add(c.spec.num_speculative_tokens)
+    snippets = analysis.snippets
+    if greedy_ks:  # what the engine runs was measured: the paste is chosen from that alone
+        left_out = {
+            Candidate(drafter=d, num_speculative_tokens=k) for d in greedy_ks for k in range(1, analysis.k_max + 1)
+        }
+        snippets = analyze_with_settings(
+            configs, settings, seed=seed, table_refusal=refusal, idle={*idle, *left_out}
+        ).snippets
+    words = ENGINE_WORDS.get(engine.name, engine.name)
+    return replace(
+        analysis,
+        snippets=tuple(replace(plan, unmeasured=unmeasured_lines(plan, words, unrun, greedy_ks)) for plan in snippets),
+    )
 
 
 def load_stored_study(folder: Path | None, *, storage: str | None = None, name: str | None = None) -> optuna.Study:
