@@ -197,6 +197,18 @@ def real_sglang() -> str:
     return values["SPECSWEEP_SGLANG_PYTHON"]
 
 
+@pytest.fixture(scope="session")
+def real_vllm_parser() -> str:
+    """The interpreter of the vLLM 0.33.0 venv scripts/setup-real-engines makes (its argument
+    parsing and SpeculativeConfig only; skip or fail as above)."""
+    values = _cached_env(("SPECSWEEP_VLLM_PARSER_PYTHON",))
+    if values is None:
+        _require(
+            "vLLM 0.33's package not installed: run scripts/setup-real-engines", skip_flag="SPECSWEEP_SKIP_VLLM_PARSER"
+        )
+    return values["SPECSWEEP_VLLM_PARSER_PYTHON"]
+
+
 @pytest.fixture
 def short_prompts() -> Path:
     """studies/openings.jsonl: one-sentence prompts for real-engine studies (prefill on these CPUs

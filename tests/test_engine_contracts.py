@@ -7,6 +7,8 @@ per-batch-size table the recommender can write is rendered as the engine's flags
   against the Gemma target, as ``vllm serve`` does at startup; each table expanded by vLLM's own
   lookup and compared with specsweep's reading of it. What specsweep refuses for the build's
   version, vLLM must refuse too. (tests/test_real_vllm.py boots the build with such configs.)
+  vLLM 0.33 (no CPU build: its CUDA wheel's parser, in a venv of its own): the same, for every
+  method its vocabulary pastes, against local config.json files.
 - SGLang 0.5.23: parsed by its server-argument parser and resolved by its speculative hooks in
   a venv of its own (no GPU: resolution reads config files and the device named); the resolved
   algorithm, steps, top-k, draft tokens and adaptive mode must be what specsweep meant.
@@ -18,6 +20,7 @@ per-batch-size table the recommender can write is rendered as the engine's flags
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 from dataclasses import replace
@@ -69,10 +72,18 @@ def with_tables(spec: SpeculativeConfig, max_num_seqs: int) -> list[SpeculativeC
     return out
 
 
-def _run(python: str, script: str, request: dict, *, timeout_s: float = 900, cwd: Path | None = None) -> list[dict]:
+def _run(
+    python: str,
+    script: str,
+    request: dict,
+    *,
+    timeout_s: float = 900,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> list[dict]:
     done = subprocess.run(
         [python, str(CONTRACTS / script)], input=json.dumps(request), capture_output=True, text=True,
-        timeout=timeout_s, check=False, cwd=cwd,
+        timeout=timeout_s, check=False, cwd=cwd, env=None if env is None else {**os.environ, **env},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -81,6 +92,21 @@ def _run(python: str, script: str, request: dict, *, timeout_s: float = 900, cwd
 def _engine_version(python: str, package: str) -> str:
     code = f"import importlib.metadata as m; print(m.version({package!r}))"
     return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+# Small local config.json files stand in for checkpoints: parsing reads a model's config, never
+# its weights (no model hub is reachable here).
+_TARGET = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 1000,
+    "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def _model_dir(folder: Path, **overrides: Any) -> str:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({**_TARGET, **overrides}))
+    return str(folder)
 
 
 # --- vLLM ------------------------------------------------------------------------------------
@@ -135,19 +161,107 @@ def test_vllm_takes_every_config_and_table_specsweep_writes_and_refuses_what_it_
         assert not result["ok"], raw
 
 
-# --- SGLang ----------------------------------------------------------------------------------
-
-_TARGET = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
-    "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 2, "vocab_size": 1000,
-    "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "torch_dtype": "bfloat16",
+# vLLM 0.33's configs beside the Llama target: a DFlash draft and a DSpark draft (Qwen3 layouts, the
+# DSpark one declaring its trained block size), and DeepSeek-V4, whose checkpoint carries its own
+# MTP layer and DSpark stages (method mtp or dspark without a model).
+_QWEN3 = {"model_type": "qwen3", "head_dim": 16}
+_DSV4 = {
+    "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "num_key_value_heads": 1,
+    "head_dim": 32, "qk_rope_head_dim": 8, "q_lora_rank": 16, "o_lora_rank": 16, "o_groups": 1,
+    "sliding_window": 128, "index_head_dim": 16, "compress_ratios": [0, 0], "moe_intermediate_size": 32,
+    "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2, "num_nextn_predict_layers": 1,
 }  # fmt: skip
 
 
-def _model_dir(folder: Path, **overrides: Any) -> str:
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({**_TARGET, **overrides}))
-    return str(folder)
+def test_vllm_033_parser_takes_every_method_and_table_specsweep_writes_and_refuses_what_it_refuses(
+    real_vllm_parser, tmp_path: Path
+) -> None:
+    python = real_vllm_parser
+    version = _engine_version(python, "vllm")
+    assert version.startswith("0.33.") and vllm.vocabulary_for(version).note is None, version
+    target = _model_dir(tmp_path / "target")
+    draft = _model_dir(tmp_path / "draft")
+    dflash = _model_dir(
+        tmp_path / "dflash", architectures=["DFlashDraftModel"], **_QWEN3, block_size=8,
+        dflash_config={"target_layer_ids": [0, 1], "mask_token_id": 999},
+    )  # fmt: skip
+    dspark = _model_dir(tmp_path / "dspark", architectures=["Qwen3DSparkModel"], **_QWEN3, block_size=7)
+    dsv4 = _model_dir(tmp_path / "dsv4", **_DSV4)
+    # every method 0.33's vocabulary can paste, on the target it runs on, with the knobs it opens
+    spaces: list[tuple[str, dict[str, Any], dict[str, list], tuple[int, int]]] = [
+        (target, {"method": "ngram"}, {"prompt_lookup_max": [2, 5]}, (1, 3)),
+        (target, {"method": "ngram_gpu"}, {}, (1, 3)),
+        (target, {"method": "suffix"}, {}, (1, 3)),
+        (target, {"method": "draft_model", "model": draft}, {"rejection_sample_method": ["standard", "block"]}, (1, 2)),
+        (target, {"method": "draft_model", "model": draft, "rejection_sample_method": "fly"}, {}, (2, 3)),
+        (target, {"method": "draft_model", "model": draft, "rejection_sample_method": "synthetic",
+                  "synthetic_acceptance_length": 1.5}, {}, (1, 2)),
+        (target, {"method": "eagle", "model": draft}, {}, (1, 3)),
+        (target, {"method": "eagle3", "model": draft}, {}, (1, 3)),
+        (target, {"method": "dflash", "model": dflash}, {}, (1, 3)),
+        (target, {"method": "dspark", "model": dspark}, {}, (1, 3)),
+        (dsv4, {"method": "dspark"}, {}, (1, 3)),
+        (dsv4, {"method": "mtp"}, {}, (1, 3)),
+        (target, {"method": "custom_class", "model": "my_module.MyProposer"}, {}, (1, 2)),
+    ]  # fmt: skip
+    assert {fixed["method"] for _, fixed, _, _ in spaces} == set(vllm.vocabulary_for(version).vocabulary.methods)
+    max_num_seqs = 32
+    plans: list[tuple[str, SpeculativeConfig]] = []
+    for on, fixed, opened, k_range in spaces:
+        specs = configs_of(
+            "vllm", SearchSpace(num_speculative_tokens=k_range, fixed=fixed, open=opened), version=version
+        )
+        plans += [(on, spec) for spec in specs]
+        plans += [(on, table) for table in with_tables(specs[-1], max_num_seqs)]
+    # each with what vLLM says, so that it refuses for the same reason
+    refused: list[tuple[dict[str, Any], str]] = [
+        ({"method": "ngram", "num_speculative_tokens": 3, "speculative_token_tree": "[(0,)]"},
+         "speculative_token_tree"),
+        ({"method": "medusa", "model": draft, "num_speculative_tokens": 3}, "Input should be 'ngram'"),  # gone in 0.33
+        ({"method": "eagle3", "num_speculative_tokens": 3}, "without speculative model"),
+        ({"method": "custom_class", "num_speculative_tokens": 3}, "custom_class' requires 'model'"),
+        ({"method": "draft_model", "model": draft, "num_speculative_tokens": 1, "rejection_sample_method": "fly"},
+         "FLy requires num_speculative_tokens to be at least 2"),
+        ({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 5, "prompt_lookup_max": 2},
+         "prompt_lookup_min=5 must be <= prompt_lookup_max=2"),
+        ({"method": "ngram", "num_speculative_tokens": 3, "rejection_sample_method": "synthetic"},
+         "requires exactly one of synthetic_acceptance_rates or synthetic_acceptance_length"),
+        # 0.33 checks a table's rows when its scheduler builds the lookup at startup
+        ({"method": "ngram", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[2, 8, 1]]},
+         "must start at 1"),
+        ({"method": "suffix", "num_speculative_tokens": 3,
+          "num_speculative_tokens_per_batch_size": [[1, 4, 1], [3, 8, 2]]}, "non-overlapping"),
+    ]  # fmt: skip
+    refused_raw = [raw for raw, _ in refused]
+    for raw in refused_raw:
+        with pytest.raises(ConfigError):
+            vllm.validate_speculative_config(raw, version=version)
+    cases = [
+        {"model": on, "argv": ["--skip-tokenizer-init", *shlex.split(render_snippet(spec, "vllm"))],
+         "max_num_seqs": max_num_seqs}
+        for on, spec in plans
+    ]  # fmt: skip
+    cases += [
+        {"model": target, "argv": ["--skip-tokenizer-init", "--speculative-config", json.dumps(raw)],
+         "max_num_seqs": max_num_seqs}
+        for raw in refused_raw
+    ]  # fmt: skip
+    # vLLM inspects each architecture once, in a subprocess (about 20 s each here), and caches what it
+    # found under VLLM_CACHE_ROOT: kept beside the venv, whose cache outlives the clone.
+    cache = str(Path(python).parents[1] / "vllm-cache")
+    results = _run(python, "vllm_validate.py", {"cases": cases}, env={"VLLM_CACHE_ROOT": cache})
+    assert len(results) == len(cases)
+    for (_, spec), result in zip(plans, results, strict=False):
+        assert result["ok"], (spec.to_json(), result["error"])
+        assert result["k"] == spec.num_speculative_tokens and result["method"] == spec.method, spec.to_json()
+        if spec.num_speculative_tokens_per_batch_size:
+            # the lookup 0.33's scheduler builds, batch size by batch size, is specsweep's reading of the table
+            assert result["table"] == [spec.k_for_batch_size(b) for b in range(1, max_num_seqs + 1)], spec.to_json()
+    for (raw, says), result in zip(refused, results[len(plans) :], strict=True):
+        assert not result["ok"] and says in result["error"], (raw, result["error"])
+
+
+# --- SGLang ----------------------------------------------------------------------------------
 
 
 def test_sglang_resolves_every_paste_to_what_specsweep_meant(real_sglang, tmp_path: Path) -> None:

@@ -172,3 +172,19 @@ def test_a_start_command_with_vllms_shorthand_flags_is_refused() -> None:
     assert server_args_without_spec("vllm", ["vllm", "serve", "m", "--spec-model", "d", "-tp", "2"]) == (
         "vllm", "serve", "m", "-tp", "2",
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("raw", "match"),
+    [
+        # config/speculative.py 0.32 lines 1179-1186, 0.33 lines 1284-1291
+        ({"method": "custom_class", "num_speculative_tokens": 2}, "'custom_class' needs 'model'"),
+        # 0.33 lines 2014-2022
+        ({"method": "ngram", "num_speculative_tokens": 1, "rejection_sample_method": "fly"}, "'fly' needs"),
+    ],
+)
+def test_what_vllm_refuses_at_startup_is_refused_before_any_start(raw: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        validate_speculative_config(raw, version="0.33.0")
+    ok = {**raw, "model": "my_module.MyProposer"} if "custom_class" in match else {**raw, "num_speculative_tokens": 2}
+    assert validate_speculative_config(ok, version="0.33.0").num_speculative_tokens == 2

@@ -199,6 +199,12 @@ def validate_speculative_config(
             )
         if method in METHODS_NEEDING_MODEL and not raw.get("model"):
             raise ConfigError(f"speculative_config.method {method!r} needs a draft 'model'.")
+        if method == "custom_class" and not raw.get("model"):
+            # config/speculative.py 0.32 lines 1179-1186, 0.33 lines 1284-1291
+            raise ConfigError(
+                "speculative_config.method 'custom_class' needs 'model': the import path of the proposer class "
+                "(e.g. 'my_module.MyProposer')."
+            )
 
     k = raw.get("num_speculative_tokens")
     if k is not None and (not _is_int(k) or k <= 0):
@@ -219,6 +225,11 @@ def validate_speculative_config(
             f"speculative_config.rejection_sample_method must be one of (vLLM {vocabulary.version}) "
             + ", ".join(vocabulary.rejection_sample_methods)
             + f", got {rejection!r}."
+        )
+    if rejection == "fly" and k is not None and k < 2:
+        # 0.33 config/speculative.py lines 2014-2022
+        raise ConfigError(
+            f"speculative_config.rejection_sample_method 'fly' needs num_speculative_tokens >= 2, got {k}."
         )
     rates, length = _validate_synthetic(raw, rejection, k)
     lookup_max, lookup_min = _validate_prompt_lookup(raw, method)
