@@ -114,15 +114,15 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
     recommended = specsweep("recommend", str(copy), "--format", "json", cwd=tmp_path)
     assert recommended.returncode == 0, recommended.stderr
     assert parse_speculative_config(recommended.stdout) == spec
-    # SGLang's DSPARK and llama.cpp take one draft length: the paste runs one k and says which
-    # concurrency gives way, at what cost (the levels' picks differ here)
+    # SGLang's DSPARK and llama.cpp's draft-dspark draft with the draft's top token: their pastes
+    # are chosen from the study's greedy drafting (k = 5 only here: about off's rate at one stream,
+    # far below it at four)
+    # and say so, never from the probabilistic picks above
     for fmt, flag in (("sglang", "--speculative-dspark-block-size"), ("llama.cpp", "--spec-draft-n-max")):
         pasted = specsweep("recommend", str(copy), "--format", fmt, cwd=tmp_path)
         assert pasted.returncode == 0, pasted.stderr
-        gives_way = [line for line in pasted.stdout.splitlines() if line.startswith("# at concurrency")]
-        assert len(gives_way) == 1 and "% slower" in gives_way[0], pasted.stdout
-        words = pasted.stdout.split()
-        assert int(words[words.index(flag) + 1]) in (best[1][0], best[4][0])
+        assert "greedy drafting of it (measured at k = 5)" in " ".join(pasted.stdout.split()), pasted.stdout
+        assert flag not in pasted.stdout, pasted.stdout
     assert (folder / "study.db").is_file()
     starts = int(re.search(r"\((\d+) server starts this run\)", out).group(1))
     assert starts <= 7  # the grid has 11 configurations
