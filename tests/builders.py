@@ -12,12 +12,14 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
+from specsweep.analysis.drafters import Candidate
+from specsweep.analysis.recommendation import CandidateRate, Recommendation
 from specsweep.config import StudyConfig, parse_study_config
 from specsweep.report.snippets import HEREDOC_END
 
@@ -189,3 +191,34 @@ def run_sglang_paste(text: str, cwd: Path) -> list[str]:
         subprocess.run(["bash", "-c", "\n".join(lines[starts[0] : end + 1])], cwd=cwd, check=True)
         lines = lines[: starts[0]] + lines[end + 1 :]
     return shlex.split("\n".join(lines), comments=True)
+
+
+def recommendation_of(
+    level: int,
+    rates: Mapping[Candidate, float],
+    *,
+    workload: str = "w",
+    measured: Mapping[Candidate, float | None] | None = None,
+    choice: Candidate | None = None,
+    tied: tuple[Candidate, ...] = (),
+    band: float = 0.0,
+) -> Recommendation:
+    """One cell's recommendation whose predictions are ``rates``, each measured at ``measured``
+    (default: as predicted; None: never measured), with a +-``band`` interval; its choice the
+    fastest predicted unless ``choice`` names it."""
+    seen = measured if measured is not None else rates
+    rows = tuple(
+        CandidateRate(
+            candidate=c, tokens_per_s=r, tokens_per_s_low=(1 - band) * r, tokens_per_s_high=(1 + band) * r,
+            shortfall_tokens_per_s=0.0, shortfall_low_tokens_per_s=0.0, shortfall_high_tokens_per_s=0.0,
+            step_time_source="measured", measured_tokens_per_s=seen.get(c),
+        )
+        for c, r in rates.items()
+    )  # fmt: skip
+    pick = choice if choice is not None else max(rates, key=lambda c: rates[c])
+    return Recommendation(
+        workload=workload, concurrency=level, choice=pick, speculation_off=pick.off, tokens_per_s=rates[pick],
+        tokens_per_s_low=rates[pick], tokens_per_s_high=rates[pick], measured_tokens_per_s=seen.get(pick), tied=tied,
+        measured=True, gain_over_off=None, gain_over_baseline=None, reason="", candidates=rows, confidence=0.95,
+        draws=1, seed=0,
+    )  # fmt: skip

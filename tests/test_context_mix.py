@@ -20,12 +20,12 @@ from specsweep.analysis.context_mix import (
     mix_weights,
 )
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
-from specsweep.analysis.recommendation import CandidateRate, Recommendation
+from specsweep.analysis.recommendation import Recommendation
 from specsweep.report.context_report import context_json, heat_map_data
 from specsweep.report.study_tables import CSV_FIGURES, CSV_KEYS, results_csv
 from specsweep.types import BootFacts, Configuration, LevelFigures, MeasuredConfig, SpeculativeConfig
 
-from .builders import emulator_study, specsweep, write_study
+from .builders import emulator_study, recommendation_of, specsweep, write_study
 
 DRAFTER = Drafter(method="dspark", draft_sample_method="probabilistic")
 K2, K4 = Candidate(drafter=DRAFTER, num_speculative_tokens=2), Candidate(drafter=DRAFTER, num_speculative_tokens=4)
@@ -37,22 +37,9 @@ def rec(
 ) -> Recommendation:
     """A cell whose predictions are ``rates`` (measured as predicted, but ``unmeasured``), its
     pick the fastest measured."""
-    rows = tuple(
-        CandidateRate(
-            candidate=c, tokens_per_s=r, tokens_per_s_low=0.9 * r, tokens_per_s_high=1.1 * r,
-            shortfall_tokens_per_s=0.0,
-            shortfall_low_tokens_per_s=0.0, shortfall_high_tokens_per_s=0.0, step_time_source="measured",
-            measured_tokens_per_s=None if c in unmeasured else r,
-        )
-        for c, r in rates.items()
-    )  # fmt: skip
     choice = max((c for c in rates if c not in unmeasured), key=lambda c: rates[c])
-    return Recommendation(
-        workload=workload, concurrency=level, choice=choice, speculation_off=choice.off, tokens_per_s=rates[choice],
-        tokens_per_s_low=rates[choice], tokens_per_s_high=rates[choice], measured_tokens_per_s=rates[choice], tied=(),
-        measured=True, gain_over_off=None, gain_over_baseline=None, reason="", candidates=rows, confidence=0.95,
-        draws=1, seed=0,
-    )  # fmt: skip
+    measured = {c: None if c in unmeasured else r for c, r in rates.items()}
+    return recommendation_of(level, rates, workload=workload, measured=measured, choice=choice, band=0.1)
 
 
 # One concurrency level: the plain workload wants k=4, both levels k=2.

@@ -37,6 +37,8 @@ from specsweep.types import (
     StudySettings,
 )
 
+from .builders import recommendation_of
+
 LEVELS = (1, 4)
 TEMPERATURE = 0.6
 SETTINGS = StudySettings(
@@ -216,21 +218,7 @@ def test_one_paste_runs_one_drafter_and_says_what_another_level_gives_up() -> No
     prob = Drafter(method="dspark", draft_sample_method="probabilistic")
 
     def rec(level: int, rates: dict, tied: tuple[Candidate, ...] = ()) -> Recommendation:
-        rows = tuple(
-            CandidateRate(
-                candidate=c, tokens_per_s=r, tokens_per_s_low=r, tokens_per_s_high=r, shortfall_tokens_per_s=0.0,
-                shortfall_low_tokens_per_s=0.0, shortfall_high_tokens_per_s=0.0, step_time_source="measured",
-                measured_tokens_per_s=r,
-            )
-            for c, r in rates.items()
-        )  # fmt: skip
-        choice = max(rates, key=rates.__getitem__)
-        return Recommendation(
-            workload="w", concurrency=level, choice=choice, speculation_off=False, tokens_per_s=rates[choice],
-            tokens_per_s_low=rates[choice], tokens_per_s_high=rates[choice], measured_tokens_per_s=rates[choice],
-            tied=tied, measured=True, gain_over_off=None, gain_over_baseline=None, reason="", candidates=rows,
-            confidence=0.95, draws=1, seed=0,
-        )  # fmt: skip
+        return recommendation_of(level, rates, tied=tied)
 
     def at(drafter: Drafter, k: int) -> Candidate:
         return Candidate(drafter=drafter, num_speculative_tokens=k)
@@ -259,29 +247,16 @@ def test_an_engine_without_tables_runs_one_k_and_names_the_level_that_gives_way(
     level gives way and what that costs, predicted and measured."""
     prob = Drafter(method="dspark", draft_sample_method="probabilistic")
 
-    def row(c: Candidate, r: float, measured: float | None) -> CandidateRate:
-        return CandidateRate(
-            candidate=c, tokens_per_s=r, tokens_per_s_low=r, tokens_per_s_high=r, shortfall_tokens_per_s=0.0,
-            shortfall_low_tokens_per_s=0.0, shortfall_high_tokens_per_s=0.0, step_time_source="measured",
-            measured_tokens_per_s=measured,
-        )  # fmt: skip
-
-    def rec(level: int, rows: tuple[CandidateRate, ...]) -> Recommendation:
-        best = max(rows, key=lambda r: r.tokens_per_s)
-        return Recommendation(
-            workload="w", concurrency=level, choice=best.candidate, speculation_off=False,
-            tokens_per_s=best.tokens_per_s, tokens_per_s_low=best.tokens_per_s, tokens_per_s_high=best.tokens_per_s,
-            measured_tokens_per_s=best.measured_tokens_per_s, tied=(), measured=True, gain_over_off=None,
-            gain_over_baseline=None, reason="", candidates=rows, confidence=0.95, draws=1, seed=0,
-        )  # fmt: skip
+    def rec(level: int, rows: tuple[tuple[Candidate, float, float | None], ...]) -> Recommendation:
+        return recommendation_of(level, {c: r for c, r, _ in rows}, measured={c: m for c, _, m in rows})
 
     def at(k: int) -> Candidate:
         return Candidate(drafter=prob, num_speculative_tokens=k)
 
     # rates of the README study (predicted, measured): k=3 never measured at either level
     recs = [
-        rec(1, (row(OFF, 23.7, 23.7), row(at(1), 31.0, 31.0), row(at(2), 33.2, 32.8), row(at(3), 32.3, None))),
-        rec(4, (row(OFF, 62.3, 62.3), row(at(1), 69.2, 69.0), row(at(2), 64.6, 64.5), row(at(3), 58.9, None))),
+        rec(1, ((OFF, 23.7, 23.7), (at(1), 31.0, 31.0), (at(2), 33.2, 32.8), (at(3), 32.3, None))),
+        rec(4, ((OFF, 62.3, 62.3), (at(1), 69.2, 69.0), (at(2), 64.6, 64.5), (at(3), 58.9, None))),
     ]
     templates = {prob: spec(2, "probabilistic")}
     vllm_plan = plan_snippet("w", recs, templates, max_num_seqs=4)
@@ -302,7 +277,7 @@ def test_an_engine_without_tables_runs_one_k_and_names_the_level_that_gives_way(
     assert "llama-server takes one draft length, so the paste runs" in line
     assert f"{100 * costs[best_k]:.1f}% slower" in line and "measured" in line
     # a drafter whose levels agree keeps its one k and gives nothing up
-    same = [rec(1, (row(at(1), 31.0, 31.0), row(at(2), 30.0, 30.0))), rec(4, (row(at(1), 69.0, 69.0),))]
+    same = [rec(1, ((at(1), 31.0, 31.0), (at(2), 30.0, 30.0))), rec(4, ((at(1), 69.0, 69.0),))]
     assert plan_snippet("w", same, templates, max_num_seqs=4, table_refusal=lambda s: "no").given_up == ()
 
 

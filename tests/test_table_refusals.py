@@ -19,7 +19,6 @@ import optuna
 import pytest
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
-from specsweep.analysis.recommendation import CandidateRate, Recommendation
 from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
 from specsweep.config import parse_study_config
 from specsweep.engines import sglang, vllm_tables
@@ -33,6 +32,8 @@ from specsweep.runtime.trial_server import TrialServer
 from specsweep.tuning.plan import plan_study
 from specsweep.tuning.study_settings import read_study_settings
 from specsweep.types import StudySettings
+
+from .builders import recommendation_of
 
 TABLE = [[1, 2, 3], [3, 64, 1]]
 
@@ -106,24 +107,6 @@ def test_vllm_032_says_a_v1_table_makes_full_graphs_piecewise() -> None:
     assert vllm_tables.paste_notes(suffix, ["-dp", "2"], "0.32.0") == ()  # dropped: nothing to say of graphs
 
 
-def _row(c: Candidate, rate: float) -> CandidateRate:
-    return CandidateRate(
-        candidate=c, tokens_per_s=rate, tokens_per_s_low=rate, tokens_per_s_high=rate, shortfall_tokens_per_s=0.0,
-        shortfall_low_tokens_per_s=0.0, shortfall_high_tokens_per_s=0.0, step_time_source="measured",
-        measured_tokens_per_s=rate,
-    )  # fmt: skip
-
-
-def _rec(level: int, rows: tuple[CandidateRate, ...]) -> Recommendation:
-    best = max(rows, key=lambda r: r.tokens_per_s)
-    return Recommendation(
-        workload="w", concurrency=level, choice=best.candidate, speculation_off=False,
-        tokens_per_s=best.tokens_per_s, tokens_per_s_low=best.tokens_per_s, tokens_per_s_high=best.tokens_per_s,
-        measured_tokens_per_s=best.measured_tokens_per_s, tied=(), measured=True, gain_over_off=None,
-        gain_over_baseline=None, reason="", candidates=rows, confidence=0.95, draws=1, seed=0,
-    )  # fmt: skip
-
-
 @pytest.mark.parametrize(
     ("engine", "method", "flags", "version", "gives_way"),
     [
@@ -150,8 +133,8 @@ def test_a_table_the_server_would_not_run_becomes_one_k_naming_what_gives_way(
         return Candidate(drafter=drafter, num_speculative_tokens=k)
 
     recs = [
-        _rec(1, (_row(OFF, 20.0), _row(at(1), 30.0), _row(at(3), 36.0))),
-        _rec(8, (_row(OFF, 100.0), _row(at(1), 120.0), _row(at(3), 110.0))),
+        recommendation_of(1, {OFF: 20.0, at(1): 30.0, at(3): 36.0}),
+        recommendation_of(8, {OFF: 100.0, at(1): 120.0, at(3): 110.0}),
     ]
     templates = {drafter: _spec(method)}
     info = engine_info(engine)

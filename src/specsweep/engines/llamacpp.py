@@ -41,7 +41,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from specsweep.engines.versions import choose_vocabulary, refuse_unexpressed, version_numbers
+from specsweep.engines.versions import VLLM_ONLY_FIELDS, choose_vocabulary, refuse_unexpressed, version_numbers
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.types import CounterNames, SpeculativeConfig
@@ -95,7 +95,6 @@ FIELDS: dict[str, tuple[type, tuple[str, ...]]] = {
     "n_min": (int, (*DRAFT_TYPES, "ngram-mod")),
     "ngram_min_hits": (int, ("ngram-simple", "ngram-map-k", "ngram-map-k4v")),
 }
-_VLLM_ONLY = "a vLLM setting"
 _GGUF = "llama-server loads the GGUF file as it is"
 # vLLM fields llama-server b11434 has no flag for (common/arg.cpp), and why: refused before any start.
 UNEXPRESSED = {
@@ -106,12 +105,7 @@ UNEXPRESSED = {
     "code_revision": _GGUF,
     "max_model_len": "the draft context holds what the target's does (speculative.cpp line 2611)",
     "num_speculative_tokens_per_batch_size": "it takes one draft length for every batch size",
-    "disable_padded_drafter_batch": _VLLM_ONLY,
-    "parallel_drafting": _VLLM_ONLY,
-    "suffix_decoding_max_tree_depth": _VLLM_ONLY,
-    "suffix_decoding_max_cached_requests": _VLLM_ONLY,
-    "suffix_decoding_max_spec_factor": _VLLM_ONLY,
-    "suffix_decoding_min_token_prob": _VLLM_ONLY,
+    **VLLM_ONLY_FIELDS,
 }
 # Each flag's names, newest first: a build's --help says which one it takes.
 FLAG_NAMES: dict[str, tuple[str, ...]] = {

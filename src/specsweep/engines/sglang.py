@@ -65,7 +65,7 @@ from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from specsweep.engines.versions import choose_vocabulary, refuse_unexpressed
+from specsweep.engines.versions import VLLM_ONLY, VLLM_ONLY_FIELDS, choose_vocabulary, refuse_unexpressed
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.errors import ConfigError
 from specsweep.types import BatchSizeRange, CounterNames, SpeculativeConfig
@@ -115,7 +115,6 @@ QUANTIZATIONS = (
     "mxfp4", "auto-round", "auto-round-int8", "compressed-tensors", "modelslim", "mxfp_w4a8", "quark",
     "quark_int4fp8_moe", "quark_mxfp4", "mlx_q4", "mlx_q8", "unquant", "humming",
 )  # fmt: skip
-_VLLM_ONLY = "a vLLM setting"
 _LOOKUP = "its NGRAM matches any suffix up to --speculative-ngram-max-trie-depth: it has no lookup length"
 # vLLM fields SGLang 0.5.23 has no flag for (srt/arg_groups/fields/spec.py), and why.
 UNEXPRESSED = {
@@ -125,13 +124,8 @@ UNEXPRESSED = {
     "prompt_lookup_min": _LOOKUP,
     "draft_tensor_parallel_size": "no --speculative-* flag sets the draft's tensor parallel size",
     "max_model_len": "no --speculative-* flag sets the draft's context length",
-    "code_revision": _VLLM_ONLY,
-    "disable_padded_drafter_batch": _VLLM_ONLY,
-    "parallel_drafting": _VLLM_ONLY,
-    "suffix_decoding_max_tree_depth": _VLLM_ONLY,
-    "suffix_decoding_max_cached_requests": _VLLM_ONLY,
-    "suffix_decoding_max_spec_factor": _VLLM_ONLY,
-    "suffix_decoding_min_token_prob": _VLLM_ONLY,
+    "code_revision": VLLM_ONLY,
+    **VLLM_ONLY_FIELDS,
 }
 
 

@@ -54,6 +54,17 @@ def choose_vocabulary(engine: str, known: Mapping[str, V], version: str | None) 
     )
 
 
+# vLLM fields of its own drafting and suffix decoding, which no other engine has a setting for.
+VLLM_ONLY = "a vLLM setting"
+VLLM_ONLY_FIELDS = dict.fromkeys(
+    (
+        "disable_padded_drafter_batch", "parallel_drafting", "suffix_decoding_max_tree_depth",
+        "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob",
+    ),
+    VLLM_ONLY,
+)  # fmt: skip
+
+
 def refuse_unexpressed(raw: Mapping[str, object], engine: str, reasons: Mapping[str, str]) -> None:
     """ConfigError, in one line, for the first spec-config field in ``raw`` that ``engine`` has no
     flag for (``reasons``: field -> why): a study that opened it would measure identical servers

@@ -23,9 +23,9 @@ import matplotlib.pyplot as plt
 from specsweep.analysis.context_mix import ContextGrid, context_grids, mix_weights
 from specsweep.analysis.recommendation import Recommendation
 from specsweep.analysis.study import StudyAnalysis
-from specsweep.errors import OutputError
 from specsweep.names import file_part
 from specsweep.report import document as doc
+from specsweep.report.figures import save_png
 from specsweep.runtime.store import make_folder
 from specsweep.types import MeasuredConfig
 
@@ -95,13 +95,7 @@ def render_heat_map(data: HeatMapData, path: Path) -> Path:
             axis.text(j, i, text, ha="center", va="center", fontsize=8, color="black" if light else "white")
     axis.set_title(data.title, fontsize=10)
     figure.tight_layout()
-    try:
-        figure.savefig(path, dpi=DPI)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}.") from None
-    finally:
-        plt.close(figure)
-    return path
+    return save_png(figure, path)
 
 
 def context_table(grid: ContextGrid) -> doc.Table:

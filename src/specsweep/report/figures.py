@@ -225,7 +225,11 @@ def history_figure_data(trials: Sequence[TrialPoint], objective_label: str) -> F
 def render_figure(data: FigureData, path: Path) -> Path:
     """Draw a FigureData to a PNG file."""
     make_folder(path.parent)
-    figure = draw_figure(data)
+    return save_png(draw_figure(data), path)
+
+
+def save_png(figure: Figure, path: Path) -> Path:
+    """Write a drawn matplotlib figure to ``path`` and close it (OutputError where it cannot be written)."""
     try:
         figure.savefig(path, dpi=DPI)
     except OSError as exc:
