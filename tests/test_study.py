@@ -115,9 +115,8 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
     assert recommended.returncode == 0, recommended.stderr
     assert parse_speculative_config(recommended.stdout) == spec
     # SGLang's DSPARK and llama.cpp's draft-dspark draft with the draft's top token: their pastes
-    # are chosen from the study's greedy drafting (k = 5 only here: about off's rate at one stream,
-    # far below it at four)
-    # and say so, never from the probabilistic picks above
+    # are chosen from the study's greedy drafting and say so, never from the probabilistic picks
+    # above (greedy ran at k = 5 only here: about off's rate at one stream, far below it at four)
     for fmt, flag in (("sglang", "--speculative-dspark-block-size"), ("llama.cpp", "--spec-draft-n-max")):
         pasted = specsweep("recommend", str(copy), "--format", fmt, cwd=tmp_path)
         assert pasted.returncode == 0, pasted.stderr
