@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,6 +111,7 @@ def fit_step_model(
         log_times=y,
         drafted_share={key: float(np.mean(v)) for key, v in share_of.items()},
         df=max(len(usable) - fit.theta.size - fit.gamma.size, 0),
+        spread_df=fit.spread_df,
     )
 
 
@@ -137,6 +138,7 @@ class _Fit:
     deviation: np.ndarray
     deviation_cov: np.ndarray
     gain: np.ndarray
+    spread_df: float
 
 
 def _fit_components(
@@ -179,16 +181,19 @@ def _fit_components(
             value -= _log_scaled_inv_chi2(sd, belief)
         return float(value + 0.5 * logdet_info), params, info, float(value)
 
+    def criterion(z: np.ndarray) -> float:
+        return objective(np.clip(z, math.log(1e-4), 0.0))[0]
+
+    optimised = log_sd is None
     if log_sd is None:
         result = optimize.minimize(
-            lambda z: objective(np.clip(z, math.log(1e-4), 0.0))[0],
-            np.log([prior.relative_sd, tau_prior.relative_sd]),
-            method="Nelder-Mead",
+            criterion, np.log([prior.relative_sd, tau_prior.relative_sd]), method="Nelder-Mead",
             options={"xatol": 0.05, "fatol": 1e-3, "maxiter": 80},
-        )
+        )  # fmt: skip
         log_sd = result.x
     log_sd = np.clip(log_sd, math.log(1e-4), 0.0)
     _, params, info, value = objective(log_sd)
+    spread_df = _spread_df(criterion, log_sd, prior.df) if optimised else math.inf
     theta, gamma = params[:p] / scale, params[p:]
     v = covariance(log_sd)
     resid = y - np.log(np.maximum(mu(design, theta, gamma), 1e-12))
@@ -217,7 +222,31 @@ def _fit_components(
         deviation=gain @ resid,
         deviation_cov=(deviation_cov + deviation_cov.T) / 2,
         gain=gain,
+        spread_df=spread_df,
     )
+
+
+def _spread_df(criterion: Callable[[np.ndarray], float], at: np.ndarray, prior_df: float) -> float:
+    """The degrees of freedom the start-to-start spread is known with: nu = 1 / (2 var(log sigma_start)),
+    var from the criterion's curvature in the two log sds (a chi-square estimate of a variance on nu
+    degrees of freedom has var(log sigma) = 1 / (2 nu)). Never below the prior's own, never above 200."""
+    h = 0.1
+    f0 = criterion(at)
+    hessian = np.zeros((2, 2))
+    for i in range(2):
+        e = np.eye(2)[i] * h
+        hessian[i, i] = (criterion(at + e) - 2 * f0 + criterion(at - e)) / (h * h)
+    e = np.array([h, h])
+    hessian[0, 1] = hessian[1, 0] = (criterion(at + e) - f0 - f0 + criterion(at - e)) / (2 * h * h) - (
+        hessian[0, 0] + hessian[1, 1]
+    ) / 2
+    try:
+        var = float(np.linalg.inv(hessian)[0, 0])
+    except np.linalg.LinAlgError:
+        return float(prior_df)
+    if not math.isfinite(var) or var <= 0:
+        return float(prior_df)
+    return float(min(max(1.0 / (2.0 * var), prior_df), 200.0))
 
 
 def _independent_columns(features: np.ndarray) -> np.ndarray:

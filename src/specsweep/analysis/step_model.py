@@ -125,6 +125,7 @@ class StepPosterior:
     log_times: np.ndarray
     drafted_share: dict[tuple[int, int, str, str], float]
     df: int  # observations beyond the parameters of the mean
+    spread_df: float = math.inf  # what sigma_start is known with: draws are Student-t on these degrees of freedom
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StepPosterior):
@@ -155,7 +156,16 @@ class StepPosterior:
     def draws(self, cells: Sequence[Cell], *, draws: int, rng: np.random.Generator) -> np.ndarray:
         """Joint draws of the step time at each cell in a typical start, shape (draws, len(cells))."""
         params = np.concatenate([self.theta * self.scale, self.gamma])
-        sampled = rng.multivariate_normal(params, self.covariance, size=draws, method="eigh")
+        # Student-t, not normal: every spread below rests on sigma_start estimated from a few starts,
+        # so each draw scales them all by one factor sqrt(nu / chi2_nu)
+        wide = (
+            np.ones(draws)
+            if math.isinf(self.spread_df)
+            else np.sqrt(self.spread_df / rng.chisquare(self.spread_df, draws))
+        )
+        sampled = params + wide[:, None] * rng.multivariate_normal(
+            np.zeros(params.size), self.covariance, size=draws, method="eigh"
+        )
         p = self.theta.size
         theta, gamma = (
             np.maximum(sampled[:, :p], 0.0) / self.scale,
@@ -167,9 +177,9 @@ class StepPosterior:
         dev = np.zeros((draws, len(self.cells)))
         if self.cells:
             dev = (self.log_times[None, :] - mu_obs) @ self.gain.T
-            dev += rng.standard_normal((draws, len(self.cells))) @ _sqrt_psd(self.deviation_cov).T
+            dev += wide[:, None] * (rng.standard_normal((draws, len(self.cells))) @ _sqrt_psd(self.deviation_cov).T)
         out = mu_draws(self._design(cells), theta, gamma)
-        fresh = rng.standard_normal((draws, len(cells))) * self.cell_sd
+        fresh = wide[:, None] * rng.standard_normal((draws, len(cells))) * self.cell_sd
         for j, cell in enumerate(cells):
             index = self._cell_index(cell)
             out[:, j] *= np.exp(dev[:, index] if index is not None else fresh[:, j])
