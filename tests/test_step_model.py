@@ -3,12 +3,14 @@ for it, the start effect recovers a known run-to-run noise, and draws are paired
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.analysis.drafters import Candidate, Drafter
@@ -16,7 +18,14 @@ from specsweep.analysis.noise import noise_of
 from specsweep.analysis.rates import predict_throughput, sample_rates
 from specsweep.analysis.recommendation import recommend_draft_length
 from specsweep.analysis.step_fit import fit_step_model
-from specsweep.analysis.step_model import TAU_PRIOR, TAU_PRIOR_WIDTHS_UNKNOWN, Cell, StepObservation, padded
+from specsweep.analysis.step_model import (
+    START_PRIOR,
+    TAU_PRIOR,
+    TAU_PRIOR_WIDTHS_UNKNOWN,
+    Cell,
+    StepObservation,
+    padded,
+)
 from specsweep.analysis.throughput import ThroughputObservation, fit_throughput_model
 from specsweep.engines.vllm_graphs import captured_widths
 from specsweep.errors import FitError
@@ -163,6 +172,41 @@ def test_the_start_effect_recovers_a_known_run_to_run_noise(start_sd: float) -> 
         design = (0, 1, 2, 3, 5, 8) * 2
         found.append(fit_step_model(study(truth, drafter, seed=seed, start_sd=start_sd, design=design)).start_sd)
     assert 0.5 * start_sd <= np.median(found) <= 1.6 * start_sd
+
+
+@pytest.mark.parametrize("repeats", [1, 2, 4])
+def test_the_start_spread_is_known_on_the_degrees_of_freedom_its_starts_leave(repeats: int) -> None:
+    """A straight step at three draft lengths, each started ``repeats`` times: the mean takes three
+    parameters, so sigma_start rests on starts - 3 degrees of freedom plus the prior's 2 (a variance
+    estimated from n - p residuals is chi-square on n - p), whatever its size."""
+    truth, _, drafter = SHAPES["straight"]
+    found = [
+        fit_step_model(study(truth, drafter, seed=seed, start_sd=sd, design=(0, 1, 3) * repeats)).spread_df
+        for seed, sd in ((0, 0.15), (1, 0.05))
+    ]
+    expected = START_PRIOR.df + 3 * repeats - 3
+    assert np.median(found) == pytest.approx(expected, abs=1.0)
+
+
+def test_draws_are_student_t_on_the_spreads_degrees_of_freedom() -> None:
+    """Six starts of three configurations: the interval of a rate ratio is wider than a normal one
+    by the Student-t quantile over the normal's at the fitted degrees of freedom."""
+    truth, _, drafter = SHAPES["straight"]
+    posterior = fit_step_model(study(truth, drafter, seed=3, start_sd=0.15, design=(0, 1, 3) * 2))
+    cells = [
+        Cell(concurrency=4, num_speculative_tokens=0),
+        Cell(concurrency=4, num_speculative_tokens=3, drafter=drafter),
+    ]
+
+    def half_width(p) -> float:
+        d = np.log(p.draws(cells, draws=40_000, rng=np.random.default_rng(0)))
+        low, high = np.percentile(d[:, 1] - d[:, 0], [2.5, 97.5])
+        return float(high - low) / 2
+
+    nu = posterior.spread_df
+    assert 3 < nu < 8
+    ratio = half_width(posterior) / half_width(dataclasses.replace(posterior, spread_df=math.inf))
+    assert ratio == pytest.approx(stats.t.ppf(0.975, nu) / stats.norm.ppf(0.975), rel=0.05)
 
 
 def test_levels_of_one_start_move_together_so_one_slow_start_is_not_read_as_a_slow_configuration() -> None:

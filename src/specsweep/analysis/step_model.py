@@ -31,7 +31,8 @@ leave free. Variance components maximise the restricted
 marginal likelihood times their priors; theta and gamma are then the generalised least squares
 fit given them, with their covariance from its Hessian (a Laplace approximation). Draws of a
 step time draw theta and gamma, then each measured cell's deviation given the residuals, and an
-unmeasured cell's from N(0, tau^2).
+unmeasured cell's from N(0, tau^2); Student-t rather than normal, on the degrees of freedom
+sigma_start is known with (the criterion's curvature), since a few starts estimate it.
 
 Its fit: analysis/step_fit.py. Pure: no I/O.
 """

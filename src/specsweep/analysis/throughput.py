@@ -154,6 +154,7 @@ class ThroughputModel:
             "knee_tokens": posterior.knee,
             "captured_widths": posterior.captured_widths.to_stored(),
             "start_sd": posterior.start_sd,
+            "start_sd_df": None if math.isinf(posterior.spread_df) else posterior.spread_df,
             "cell_sd": posterior.cell_sd,
             "run_sd": posterior.run_sd,
             "observations": [asdict(o) for o in self.observations],
