@@ -29,7 +29,7 @@ from specsweep.analysis.step_model import (
 from specsweep.analysis.throughput import ThroughputObservation, fit_throughput_model
 from specsweep.engines.vllm_graphs import captured_widths
 from specsweep.errors import FitError
-from specsweep.types import CapturedWidths, SpeculativeConfig
+from specsweep.types import CapturedWidths, RunNoisePrior, SpeculativeConfig
 
 DSPARK = Drafter(method="dspark", draft_sample_method="probabilistic")
 NGRAM = Drafter(method="ngram", draft_sample_method="greedy")
@@ -188,11 +188,17 @@ def test_the_start_spread_is_known_on_the_degrees_of_freedom_its_starts_leave(re
     assert np.median(found) == pytest.approx(expected, abs=1.0)
 
 
-def test_draws_are_student_t_on_the_spreads_degrees_of_freedom() -> None:
-    """Six starts of three configurations: the interval of a rate ratio is wider than a normal one
-    by the Student-t quantile over the normal's at the fitted degrees of freedom."""
+@pytest.mark.parametrize("start_sd", [0.15, 0.002])
+def test_draws_are_student_t_as_far_as_the_starts_make_the_spread(start_sd: float) -> None:
+    """Six starts of three configurations, levels with 1% errors of their own. Where starts move
+    15%, the interval of a rate ratio is wider than a normal one by the Student-t quantile over the
+    normal's at the start spread's degrees of freedom; where they move 0.2%, the levels' own known
+    error makes the spread and the draws stay normal (Satterthwaite)."""
     truth, _, drafter = SHAPES["straight"]
-    posterior = fit_step_model(study(truth, drafter, seed=3, start_sd=0.15, design=(0, 1, 3) * 2))
+    posterior = fit_step_model(
+        study(truth, drafter, seed=3, start_sd=start_sd, design=(0, 1, 3) * 2),
+        start_prior=RunNoisePrior(relative_sd=start_sd, df=2, source="an engine whose starts move so"),
+    )
     cells = [
         Cell(concurrency=4, num_speculative_tokens=0),
         Cell(concurrency=4, num_speculative_tokens=3, drafter=drafter),
@@ -203,10 +209,12 @@ def test_draws_are_student_t_on_the_spreads_degrees_of_freedom() -> None:
         low, high = np.percentile(d[:, 1] - d[:, 0], [2.5, 97.5])
         return float(high - low) / 2
 
-    nu = posterior.spread_df
-    assert 3 < nu < 8
     ratio = half_width(posterior) / half_width(dataclasses.replace(posterior, spread_df=math.inf))
-    assert ratio == pytest.approx(stats.t.ppf(0.975, nu) / stats.norm.ppf(0.975), rel=0.05)
+    if start_sd > 0.1:
+        assert 3 < posterior.spread_df < 8
+        assert ratio == pytest.approx(stats.t.ppf(0.975, posterior.spread_df) / stats.norm.ppf(0.975), rel=0.05)
+    else:
+        assert ratio == pytest.approx(1.0, abs=0.03)
 
 
 def test_levels_of_one_start_move_together_so_one_slow_start_is_not_read_as_a_slow_configuration() -> None:

@@ -141,6 +141,15 @@ class StepPosterior:
         """What one start's measurement of a configuration varies by: the start and the level's own error."""
         return math.sqrt(self.start_sd**2 + self.level_se**2)
 
+    @property
+    def draw_df(self) -> float:
+        """The degrees of freedom of the draws (Satterthwaite): a measurement's variance is the
+        start's sigma_start^2, known on ``spread_df``, and the level's own se^2, known from its
+        requests; the sum is known on spread_df / r^2, r the start's share of it. Where starts move
+        little beside the levels' own error, the draws are all but normal."""
+        share = self.start_sd**2 / max(self.run_sd**2, 1e-300)
+        return math.inf if math.isinf(self.spread_df) or share <= 0 else min(self.spread_df / share**2, 1e6)
+
     def measured(self, cell: Cell) -> bool:
         return any(c.key == cell.key for c in self.cells)
 
@@ -157,13 +166,10 @@ class StepPosterior:
     def draws(self, cells: Sequence[Cell], *, draws: int, rng: np.random.Generator) -> np.ndarray:
         """Joint draws of the step time at each cell in a typical start, shape (draws, len(cells))."""
         params = np.concatenate([self.theta * self.scale, self.gamma])
-        # Student-t, not normal: every spread below rests on sigma_start estimated from a few starts,
-        # so each draw scales them all by one factor sqrt(nu / chi2_nu)
-        wide = (
-            np.ones(draws)
-            if math.isinf(self.spread_df)
-            else np.sqrt(self.spread_df / rng.chisquare(self.spread_df, draws))
-        )
+        # Student-t, not normal: the spreads below rest on sigma_start estimated from a few starts,
+        # so each draw scales them all by one factor sqrt(nu / chi2_nu), on the draws' df
+        nu = self.draw_df
+        wide = np.ones(draws) if math.isinf(nu) else np.sqrt(nu / rng.chisquare(nu, draws))
         sampled = params + wide[:, None] * rng.multivariate_normal(
             np.zeros(params.size), self.covariance, size=draws, method="eigh"
         )
