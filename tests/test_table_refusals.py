@@ -11,6 +11,9 @@ mode fails the trial instead of measuring one k under a table's label.
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -222,6 +225,42 @@ def test_a_trial_whose_server_turned_adaptive_off_fails_instead_of_measuring_one
     with pytest.raises(LaunchError, match="does not run the per-batch-size table: SGLang was started with"):
         server.start(_spec("eagle"), trial=0)
     server.start(validate_speculative_config({"method": "eagle", "model": "d", "num_speculative_tokens": 3}), trial=1)
+
+
+def test_a_started_sglang_server_reads_the_tables_adaptive_config_written_beside_its_log(tmp_path, monkeypatch) -> None:
+    """A process-mode start with a table writes SGLang's adaptive config before the server starts,
+    beside the trial's log, and names that file in the flags: the server (here a script that copies
+    the file its flags name) reads the config the paste would write, pinning each range's k."""
+    seen = tmp_path / "seen.json"
+    copy = "import sys, shutil; a = sys.argv; shutil.copy(a[a.index('--speculative-adaptive-config') + 1], a[1])"
+    python = sys.executable
+    config = parse_study_config(
+        {"study": {"name": "s"}, "workloads": {"prose": 1.0},
+         "server": {"engine": "sglang", "mode": "process", "start": [python, "-c", copy, str(seen), "{spec_args}"]},
+         "search": {"num_speculative_tokens": [1, 3], "fixed": {"method": "eagle", "model": "d"}}},
+        source="s.toml",
+    )  # fmt: skip
+    said = ServerIdentity(engine="sglang", engine_version="0.5.23", model="m", adaptive="on")
+    monkeypatch.setattr(trial_server, "read_server_identity", lambda url, engine: said)
+    monkeypatch.setattr(TrialServer, "_wait_ready", lambda self, url: None)
+    server = TrialServer(config.server, engine_info("sglang"), log_path=tmp_path / "trial-0003.log")
+    try:
+        started = server.start(_spec("eagle"), trial=3)
+        for _ in range(200):  # the script runs in its own process: up to 10 s on a loaded machine
+            if seen.exists():
+                break
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    written = tmp_path / "trial-0003-table.json"
+    assert str(written) in started.argv
+    assert json.loads(seen.read_text()) == json.loads(written.read_text()) == {
+        "1": {"candidate_steps": [3]}, "3": {"candidate_steps": [1]},
+    }  # fmt: skip
+    # no table: no file, no adaptive flags
+    server.start(validate_speculative_config({"method": "eagle", "model": "d", "num_speculative_tokens": 3}), trial=4)
+    server.stop()
+    assert not (tmp_path / "trial-0004-table.json").exists()
 
 
 def test_the_study_keeps_the_flags_its_server_ran_or_the_launch_command_an_attached_one_gave() -> None:

@@ -58,6 +58,9 @@ class EngineInfo:
     )
     # Why a server started with these flags (spec flags aside) refuses to start with a table at all.
     table_start_refusal: Callable[[Sequence[str]], str | None] = lambda server_args: None
+    # The file a server reads a config's per-batch-size table from (SGLang's adaptive config),
+    # written before its start (None: the flags carry the table, or there is none).
+    table_file: Callable[[SpeculativeConfig | None], str | None] = lambda spec: None
     # Comment lines a paste of a spec config carries for such a server (what its table changes).
     paste_notes: Callable[[SpeculativeConfig, Sequence[str] | None, str | None], tuple[str, ...]] = (
         lambda spec, server_args, version: ()
@@ -97,10 +100,15 @@ class EngineInfo:
         except ConfigError:
             return True
 
-    def spec_args(self, spec: SpeculativeConfig | None, *, help_flags: frozenset[str] | None = None) -> list[str]:
-        """The engine's flags for ``spec``; ``help_flags``: what the server binary's --help lists, if read."""
+    def spec_args(
+        self, spec: SpeculativeConfig | None, *, help_flags: frozenset[str] | None = None, table_path: str | None = None
+    ) -> list[str]:
+        """The engine's flags for ``spec``; ``help_flags``: what the server binary's --help lists, if read;
+        ``table_path``: where ``table_file``'s text was written (None: the engine's usual place)."""
         if self.parse_help is not None:
             return self.render_spec_args(spec, flags=help_flags)
+        if table_path is not None:
+            return self.render_spec_args(spec, adaptive_config_path=table_path)
         return self.render_spec_args(spec)
 
 
@@ -152,6 +160,7 @@ ENGINES = {
         validate_spec=sglang.validate_spec_config,
         table_refusal=sglang.table_refusal,
         table_start_refusal=sglang.adaptive_start_refusal,
+        table_file=sglang.adaptive_config_file,
         vocabulary_note=sglang.vocabulary_note,
         running_gauge=sglang.NUM_RUNNING_REQS,
         waiting_gauge=sglang.NUM_QUEUE_REQS,

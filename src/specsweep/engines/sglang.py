@@ -261,6 +261,12 @@ def adaptive_config_text(table: tuple[BatchSizeRange, ...]) -> str:
     return "{\n" + ",\n".join(rows) + "\n}\n"
 
 
+def adaptive_config_file(spec: SpeculativeConfig | None) -> str | None:
+    """The adaptive config a start with ``spec`` reads (None: ``spec`` has no per-batch-size table)."""
+    table = spec.num_speculative_tokens_per_batch_size if spec is not None else None
+    return adaptive_config_text(table) if table else None
+
+
 def render_spec_args(spec: SpeculativeConfig | None, *, adaptive_config_path: str | None = None) -> list[str]:
     """SGLang's flags for ``spec`` (the table in this module's docstring). A per-batch-size table
     becomes the adaptive flags naming ``adaptive_config_path`` (the caller writes the file,

@@ -152,17 +152,28 @@ class TrialServer:
         """Start (or have the user start) the server with ``spec``; raise LaunchError subclasses."""
         config = self.config
         port = config.port or free_port(config.host)
-        spec_args = self.engine.spec_args(spec, help_flags=self.help_flags)
+        table_text = self.engine.table_file(spec)
+        spec_args = self.engine.spec_args(spec, help_flags=self.help_flags, table_path=self._table_path(spec))
         self._values = self.values_for(spec, port=port, trial=trial)
         url = f"http://{config.host}:{port}"
         started = time.monotonic()
         argv: list[str] = []
         if config.mode == "attach":
             shown = " ".join(shlex.quote(a) for a in spec_args) or "(speculation off: no spec flags)"
-            self.ask_user(f"Restart the server at {url} with: {shown}\nPress Enter when it is starting (or ready).")
+            table = (
+                ""
+                if table_text is None
+                else f"\nwith the table file {spec_args[-1]} on the server holding:\n{table_text}"
+            )
+            self.ask_user(
+                f"Restart the server at {url} with: {shown}{table}\nPress Enter when it is starting (or ready)."
+            )
         else:
             _check_port_free(config.host, port, wait_s=min(PORT_FREE_WAIT_S, config.ready_timeout_s))
             argv = self.start_argv(self._values, spec, port=port, trial=trial)
+            table_path = self._table_path(spec)
+            if table_text is not None and table_path is not None:
+                Path(table_path).write_text(table_text, encoding="utf-8")
             self._process = ServerProcess(argv, log_path=self.log_path, env=config.env)
             self._process.start()
             if self.lease_path is not None:
@@ -208,11 +219,19 @@ class TrialServer:
     def values_for(self, spec: SpeculativeConfig | None, *, port: int | str, trial: int) -> dict[str, str | list[str]]:
         """The placeholders' values for a trial with ``spec`` on ``port``."""
         config = self.config
-        spec_args = self.engine.spec_args(spec, help_flags=self.help_flags)
+        spec_args = self.engine.spec_args(spec, help_flags=self.help_flags, table_path=self._table_path(spec))
         values = placeholder_values(
             host=config.host, port=0, spec=spec, spec_args=spec_args, model=config.model, trial=trial
         )
         return {**values, "port": str(port)}
+
+    def _table_path(self, spec: SpeculativeConfig | None) -> str | None:
+        """Where a process-mode start writes the file its engine reads ``spec``'s per-batch-size
+        table from: beside the trial's log, so each start reads its own (None: no such file, or the
+        user starts the server and it goes where the engine usually reads it)."""
+        if self.config.mode != "process" or self.engine.table_file(spec) is None:
+            return None
+        return str(self.log_path.with_name(f"{self.log_path.stem}-table.json").resolve())
 
     def start_argv(self, values: Values, spec: SpeculativeConfig | None, *, port: int, trial: int) -> list[str]:
         """The start command of a trial with ``spec`` (not in attach mode, where the user starts it)."""
