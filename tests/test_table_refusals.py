@@ -221,9 +221,13 @@ def test_a_trial_whose_server_turned_adaptive_off_fails_instead_of_measuring_one
     said = ServerIdentity(engine="sglang", engine_version="0.5.23", model="m", adaptive="turned off")
     monkeypatch.setattr(trial_server, "read_server_identity", lambda url, engine: said)
     monkeypatch.setattr(TrialServer, "_wait_ready", lambda self, url: None)
-    server = TrialServer(config.server, engine_info("sglang"), log_path=tmp_path / "log", ask_user=lambda text: None)
+    asked: list[str] = []
+    server = TrialServer(config.server, engine_info("sglang"), log_path=tmp_path / "log", ask_user=asked.append)
     with pytest.raises(LaunchError, match="does not run the per-batch-size table: SGLang was started with"):
         server.start(_spec("eagle"), trial=0)
+    # the user restarts the server: the prompt says what the table file the flags name holds
+    assert "with the table file /tmp/sglang-adaptive.json on the server holding:" in asked[0]
+    assert '"3": {"candidate_steps": [1]}' in asked[0]
     server.start(validate_speculative_config({"method": "eagle", "model": "d", "num_speculative_tokens": 3}), trial=1)
 
 

@@ -160,13 +160,13 @@ class TrialServer:
         argv: list[str] = []
         if config.mode == "attach":
             shown = " ".join(shlex.quote(a) for a in spec_args) or "(speculation off: no spec flags)"
-            table = (
+            table_file = (
                 ""
                 if table_text is None
                 else f"\nwith the table file {spec_args[-1]} on the server holding:\n{table_text}"
             )
             self.ask_user(
-                f"Restart the server at {url} with: {shown}{table}\nPress Enter when it is starting (or ready)."
+                f"Restart the server at {url} with: {shown}{table_file}\nPress Enter when it is starting (or ready)."
             )
         else:
             _check_port_free(config.host, port, wait_s=min(PORT_FREE_WAIT_S, config.ready_timeout_s))
