@@ -166,8 +166,9 @@ class StepPosterior:
     def draws(self, cells: Sequence[Cell], *, draws: int, rng: np.random.Generator) -> np.ndarray:
         """Joint draws of the step time at each cell in a typical start, shape (draws, len(cells))."""
         params = np.concatenate([self.theta * self.scale, self.gamma])
-        # Student-t, not normal: the spreads below rest on sigma_start estimated from a few starts,
-        # so each draw scales them all by one factor sqrt(nu / chi2_nu), on the draws' df
+        # Student-t, not normal: what the measurements say (the parts, the measured cells' deviations)
+        # rests on sigma_start estimated from a few starts, so each draw scales those spreads by one
+        # factor sqrt(nu / chi2_nu) on the draws' df; an unmeasured cell's miss, tau, is no start's
         nu = self.draw_df
         wide = np.ones(draws) if math.isinf(nu) else np.sqrt(nu / rng.chisquare(nu, draws))
         sampled = params + wide[:, None] * rng.multivariate_normal(
@@ -186,7 +187,7 @@ class StepPosterior:
             dev = (self.log_times[None, :] - mu_obs) @ self.gain.T
             dev += wide[:, None] * (rng.standard_normal((draws, len(self.cells))) @ _sqrt_psd(self.deviation_cov).T)
         out = mu_draws(self._design(cells), theta, gamma)
-        fresh = wide[:, None] * rng.standard_normal((draws, len(cells))) * self.cell_sd
+        fresh = rng.standard_normal((draws, len(cells))) * self.cell_sd  # the physics miss: not the starts
         for j, cell in enumerate(cells):
             index = self._cell_index(cell)
             out[:, j] *= np.exp(dev[:, index] if index is not None else fresh[:, j])
