@@ -209,18 +209,23 @@ def test_sglang_says_in_server_info_whether_adaptive_mode_runs() -> None:
     assert ServerIdentity.from_stored({"engine": "sglang", "adaptive": "maybe"}).adaptive is None
 
 
-def test_a_trial_whose_server_turned_adaptive_off_fails_instead_of_measuring_one_k(tmp_path, monkeypatch) -> None:
-    """An attached SGLang server restarted with the table's flags but without adaptive mode (its
-    /server_info says so) runs one k: the trial fails in one line rather than store it as the table."""
-    config = parse_study_config(
-        {"study": {"name": "s"}, "workloads": {"prose": 1.0},
-         "server": {"engine": "sglang", "mode": "attach", "port": 30000},
+def _sglang_said(server: dict, adaptive: str, monkeypatch):
+    """An EAGLE study on an SGLang server whose /server_info says its adaptive mode is ``adaptive``
+    once it is ready (at once)."""
+    said = ServerIdentity(engine="sglang", engine_version="0.5.23", model="m", adaptive=adaptive)
+    monkeypatch.setattr(trial_server, "read_server_identity", lambda url, engine: said)
+    monkeypatch.setattr(TrialServer, "_wait_ready", lambda self, url: None)
+    return parse_study_config(
+        {"study": {"name": "s"}, "workloads": {"prose": 1.0}, "server": {"engine": "sglang", **server},
          "search": {"num_speculative_tokens": [1, 3], "fixed": {"method": "eagle", "model": "d"}}},
         source="s.toml",
     )  # fmt: skip
-    said = ServerIdentity(engine="sglang", engine_version="0.5.23", model="m", adaptive="turned off")
-    monkeypatch.setattr(trial_server, "read_server_identity", lambda url, engine: said)
-    monkeypatch.setattr(TrialServer, "_wait_ready", lambda self, url: None)
+
+
+def test_a_trial_whose_server_turned_adaptive_off_fails_instead_of_measuring_one_k(tmp_path, monkeypatch) -> None:
+    """An attached SGLang server restarted with the table's flags but without adaptive mode (its
+    /server_info says so) runs one k: the trial fails in one line rather than store it as the table."""
+    config = _sglang_said({"mode": "attach", "port": 30000}, "turned off", monkeypatch)
     asked: list[str] = []
     server = TrialServer(config.server, engine_info("sglang"), log_path=tmp_path / "log", ask_user=asked.append)
     with pytest.raises(LaunchError, match="does not run the per-batch-size table: SGLang was started with"):
@@ -238,15 +243,9 @@ def test_a_started_sglang_server_reads_the_tables_adaptive_config_written_beside
     seen = tmp_path / "seen.json"
     copy = "import sys, shutil; a = sys.argv; shutil.copy(a[a.index('--speculative-adaptive-config') + 1], a[1])"
     python = sys.executable
-    config = parse_study_config(
-        {"study": {"name": "s"}, "workloads": {"prose": 1.0},
-         "server": {"engine": "sglang", "mode": "process", "start": [python, "-c", copy, str(seen), "{spec_args}"]},
-         "search": {"num_speculative_tokens": [1, 3], "fixed": {"method": "eagle", "model": "d"}}},
-        source="s.toml",
-    )  # fmt: skip
-    said = ServerIdentity(engine="sglang", engine_version="0.5.23", model="m", adaptive="on")
-    monkeypatch.setattr(trial_server, "read_server_identity", lambda url, engine: said)
-    monkeypatch.setattr(TrialServer, "_wait_ready", lambda self, url: None)
+    config = _sglang_said(
+        {"mode": "process", "start": [python, "-c", copy, str(seen), "{spec_args}"]}, "on", monkeypatch
+    )
     server = TrialServer(config.server, engine_info("sglang"), log_path=tmp_path / "trial-0003.log")
     try:
         started = server.start(_spec("eagle"), trial=3)
