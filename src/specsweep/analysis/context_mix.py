@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from specsweep.analysis.drafters import Candidate, Drafter, drafter_of
 from specsweep.analysis.recommendation import CandidateRate, Recommendation
-from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
+from specsweep.analysis.snippet_plan import SnippetPlan, own_pick, plan_snippet
 from specsweep.types import MeasuredConfig, SpeculativeConfig
 from specsweep.workload import parse_context_variant
 
@@ -152,16 +152,7 @@ def mix_recommendation(
     )
 
 
-def own_pick(rec: Recommendation) -> CandidateRate:
-    """What one cell's own paste would run: its pick where measured, else its best measured candidate."""
-    rows = {row.candidate: row for row in rec.candidates}
-    measured = [row for row in rec.candidates if row.measured_tokens_per_s is not None]
-    if rec.measured or not measured:
-        return rows[rec.choice]
-    return max(measured, key=lambda row: row.tokens_per_s)
-
-
-def given_up_line(member: str, label: str, runs: Mapping[int, Candidate], recs: Mapping[int, Recommendation]) -> str:
+def given_up_line(label: str, runs: Mapping[int, Candidate], recs: Mapping[int, Recommendation]) -> str:
     """What one context gives up under the mix's paste, per concurrency (predicted)."""
     parts = []
     for level, run in sorted(runs.items()):
@@ -215,7 +206,7 @@ def mix_snippets(
         for member in members:
             recs = {b: r for (w, b), r in by_cell.items() if w == member}
             label = context_label(member, context_tokens(configs, member))
-            lines.append(given_up_line(member, label, mix.choice_by_concurrency, recs))
+            lines.append(given_up_line(label, mix.choice_by_concurrency, recs))
         out.append(replace(mix, given_up=tuple(lines) + mix.given_up))
     return tuple(out)
 
