@@ -78,10 +78,9 @@ class StartValue:
     by_cell: tuple[tuple[str, int, float, float], ...]  # (workload, concurrency, tok/s, share), largest share first
 
 
-def losses(sample: RateSample, tolerance: float) -> np.ndarray:
-    """Per draw and configuration, the loss against the draw's best: (draws, configurations)."""
-    best = sample.draws.max(axis=1, keepdims=True)
-    loss: np.ndarray = np.maximum((1.0 - tolerance) * best - sample.draws, 0.0)
+def losses(draws: np.ndarray, tolerance: float) -> np.ndarray:
+    """Per draw and configuration (the last axis), the loss against the draw's best."""
+    loss: np.ndarray = np.maximum((1.0 - tolerance) * draws.max(axis=-1, keepdims=True) - draws, 0.0)
     return loss
 
 
@@ -90,8 +89,7 @@ def pick(draws: np.ndarray, eligible: Sequence[int], tolerance: float) -> tuple[
     configurations a paste may run: measured ones), the one with the least expected loss against
     each draw's best column, less the tolerance; a tie in loss goes to the faster. Returns the
     column and its expected loss. The search's stop, the recommendation and the paste read it."""
-    best = draws.max(axis=1, keepdims=True)
-    expected = np.maximum((1.0 - tolerance) * best - draws[:, list(eligible)], 0.0).mean(axis=0)
+    expected = losses(draws, tolerance)[:, list(eligible)].mean(axis=0)
     means = draws[:, list(eligible)].mean(axis=0)
     i = min(range(len(eligible)), key=lambda i: (expected[i], -means[i]))
     return eligible[i], float(expected[i])
@@ -101,10 +99,10 @@ def cell_loss(cell: CellBelief, tolerance: float) -> CellLoss:
     """The pick of a cell and its expected loss."""
     best = float(cell.sample.draws.max(axis=1).mean()) * cell.weight
     columns = [j for j, c in enumerate(cell.sample.candidates) if c in cell.measured]
-    if not columns:
+    if not columns:  # nothing a paste may run yet: all of the best rate is lost
         return CellLoss(
-            workload=cell.workload, concurrency=cell.concurrency, pick=None,
-            loss_tokens_per_s=float(np.mean(cell.sample.draws.max(axis=1))) * cell.weight, best_tokens_per_s=best,
+            workload=cell.workload, concurrency=cell.concurrency, pick=None, loss_tokens_per_s=best,
+            best_tokens_per_s=best,
         )  # fmt: skip
     chosen, loss = pick(cell.sample.draws, columns, tolerance)
     return CellLoss(
@@ -148,7 +146,7 @@ def _cell_value(cell: CellBelief, candidate: Candidate, tolerance: float, observ
         return 0.0
     draws = cell.sample.draws
     eligible = [j for j, c in enumerate(cell.sample.candidates) if c in cell.measured]
-    now = losses(cell.sample, tolerance).mean(axis=0)
+    now = losses(draws, tolerance).mean(axis=0)
     loss_now = float(now[eligible].min()) if eligible else float(draws.max(axis=1).mean())
     after = sorted({*eligible, x})
     rng = np.random.default_rng(seed)
@@ -168,8 +166,7 @@ def _cell_value(cell: CellBelief, candidate: Candidate, tolerance: float, observ
     predicted = rate + observation_sd * rng.standard_normal(len(rate))
     innovation = measured[:, None] - predicted[None, :]  # (observations, draws)
     updated = draws[None, :, :] + innovation[:, :, None] * gain[None, None, :]
-    best = updated.max(axis=2, keepdims=True)
-    expected = np.maximum((1.0 - tolerance) * best - updated, 0.0).mean(axis=1)  # (observations, configurations)
+    expected = losses(updated, tolerance).mean(axis=1)  # (observations, configurations)
     loss_after = float(expected[:, after].min(axis=1).mean())
     return max(loss_now - loss_after, 0.0)
 
