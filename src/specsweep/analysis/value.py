@@ -176,18 +176,18 @@ def within_tolerance(
 ) -> tuple[Candidate, ...]:
     """Measured rivals of ``pick`` that may be faster, but by no more than the tolerance: the
     paired ratio's interval lies within 1 +- tolerance and reaches above 1."""
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    bands = [(c, np.percentile(ratio, [tail, 100.0 - tail])) for c, ratio in _ratios(cell, pick) if c in cell.measured]
+    return tuple(c for c, (low, high) in bands if low >= 1.0 - tolerance and high <= 1.0 + tolerance)
+
+
+def _ratios(cell: CellBelief, pick: Candidate) -> list[tuple[Candidate, np.ndarray]]:
+    """Every other configuration's rate over ``pick``'s, per joint draw (none where ``pick`` is no column)."""
     j = cell.column(pick)
     if j is None:
-        return ()
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    out = []
-    for i, c in enumerate(cell.sample.candidates):
-        if c == pick or c not in cell.measured:
-            continue
-        low, high = np.percentile(cell.sample.draws[:, i] / cell.sample.draws[:, j], [tail, 100.0 - tail])
-        if low >= 1.0 - tolerance and high <= 1.0 + tolerance:
-            out.append(c)
-    return tuple(out)
+        return []
+    draws = cell.sample.draws
+    return [(c, draws[:, i] / draws[:, j]) for i, c in enumerate(cell.sample.candidates) if c != pick]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,15 +202,10 @@ class Rival:
 def could_be_faster(cell: CellBelief, pick: Candidate, tolerance: float, confidence: float = 0.95) -> tuple[Rival, ...]:
     """Rivals of ``pick`` whose paired ratio's upper end lies beyond ``1 + tolerance``, with that end
     and the chance they are more than the tolerance faster; the most first."""
-    j = cell.column(pick)
-    if j is None:
-        return ()
     upper = 100.0 - (1.0 - confidence) / 2.0 * 100.0
     out = []
-    for i, c in enumerate(cell.sample.candidates):
-        if c != pick:
-            ratio = cell.sample.draws[:, i] / cell.sample.draws[:, j]
-            high = float(np.percentile(ratio, upper))
-            if high > 1.0 + tolerance:
-                out.append(Rival(candidate=c, most=high - 1.0, chance=float(np.mean(ratio > 1.0 + tolerance))))
+    for c, ratio in _ratios(cell, pick):
+        high = float(np.percentile(ratio, upper))
+        if high > 1.0 + tolerance:
+            out.append(Rival(candidate=c, most=high - 1.0, chance=float(np.mean(ratio > 1.0 + tolerance))))
     return tuple(sorted(out, key=lambda r: -r.most))
