@@ -106,11 +106,9 @@ def mix_recommendation(
 
     def mean(candidate: Candidate, value: Callable[[CandidateRate], float | None]) -> float | None:
         values = [value(by_member[m][candidate]) for m in members]
-        return (
-            None
-            if any(v is None for v in values)
-            else sum(share[m] * (v or 0.0) for m, v in zip(members, values, strict=True))
-        )
+        if any(v is None for v in values):
+            return None
+        return sum(share[m] * (v or 0.0) for m, v in zip(members, values, strict=True))
 
     rates = {c: mean(c, lambda r: r.tokens_per_s) or 0.0 for c in common}
     measured = {c: mean(c, lambda r: r.measured_tokens_per_s) for c in common}
@@ -197,7 +195,8 @@ def mix_snippets(
             cells = {m: by_cell[m, level] for m in members if (m, level) in by_cell}
             mixed.append(mix_recommendation(plan.workload, cells, weights, idle))
         mix = plan_snippet(plan.workload, mixed, templates, max_num_seqs=max_num_seqs, table_refusal=table_refusal)
-        said = ", ".join(f"{context_label(m, context_tokens(configs, m))} {100 * weights[m]:.0f}%" for m in members)
+        labels = {m: context_label(m, context_tokens(configs, m)) for m in members}
+        said = ", ".join(f"{labels[m]} {100 * weights[m]:.0f}%" for m in members)
         how = "measure.context_weight is 0: weighed evenly" if even else "as measure.context_weight weighs them"
         lines = [
             f"one paste for every context (no engine takes a k per context): per batch size, the k fastest "
@@ -205,8 +204,7 @@ def mix_snippets(
         ]
         for member in members:
             recs = {b: r for (w, b), r in by_cell.items() if w == member}
-            label = context_label(member, context_tokens(configs, member))
-            lines.append(given_up_line(label, mix.choice_by_concurrency, recs))
+            lines.append(given_up_line(labels[member], mix.choice_by_concurrency, recs))
         out.append(replace(mix, given_up=tuple(lines) + mix.given_up))
     return tuple(out)
 

@@ -86,12 +86,10 @@ def model_workload(
     feasible = [c for c in configs if c.feasible]
     acceptance = drafter_acceptance(feasible, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
     observations = study_observations(feasible, workload)
-    throughput = (
-        fit_throughput_model(observations, start_prior=noise_prior, captured_widths=captured_widths)
-        if observations
-        else None
-    )
-    noise = noise_of(throughput, workload, noise_prior) if throughput is not None else None
+    if not observations:
+        return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=None)
+    throughput = fit_throughput_model(observations, start_prior=noise_prior, captured_widths=captured_widths)
+    noise = noise_of(throughput, workload, noise_prior)
     return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput, noise=noise)
 
 
