@@ -74,8 +74,8 @@ class Interval:
         return self.end - self.start
 
 
-def _key(labels: dict[str, str], drop: str = "") -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, v) for k, v in labels.items() if k != drop))
+def _key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in labels.items() if k))
 
 
 class IntervalReader:

@@ -112,12 +112,7 @@ def cell_loss(cell: CellBelief, tolerance: float) -> CellLoss:
 
 
 def start_values(
-    cells: Sequence[CellBelief],
-    candidates: Collection[Candidate],
-    *,
-    tolerance: float,
-    observations: int = OBSERVATIONS,
-    seed: int = 0,
+    cells: Sequence[CellBelief], candidates: Collection[Candidate], *, tolerance: float
 ) -> list[StartValue]:
     """The value of a start of each candidate (see the module doc), highest first."""
     best = [float(c.sample.draws.max(axis=1).mean()) for c in cells]
@@ -125,7 +120,7 @@ def start_values(
     for candidate in candidates:
         rows = []
         for index, cell in enumerate(cells):
-            value = _cell_value(cell, candidate, tolerance, observations, seed + 7919 * index)
+            value = _cell_value(cell, candidate, tolerance, OBSERVATIONS, 7919 * index)
             if value > 0:
                 rows.append((cell.workload, cell.concurrency, value * cell.weight, value * cell.weight / best[index]))
         out.append(
