@@ -267,8 +267,4 @@ def batch_size_table(k_by_concurrency: Mapping[int, int], *, max_batch: int) -> 
         else:
             rows.append([start, end, k])
         start = end + 1
-        if start > max_batch:
-            break
-    if rows and rows[-1][1] < max_batch:
-        rows[-1][1] = max_batch
     return tuple(BatchSizeRange(start=s, end=e, num_speculative_tokens=k) for s, e, k in rows)
