@@ -190,10 +190,8 @@ def _one_k(
     a line per level that gives way, with what it costs."""
     wanted = {level: row for level, (row, _) in runs.items()}
     options: dict[int, dict[int, CandidateRate]] = {}
-    for level, rec in recs.items():
-        if level not in wanted:
-            continue
-        for row in rec.candidates:
+    for level in wanted:
+        for row in recs[level].candidates:
             if row.candidate.off or row.candidate.drafter == drafter:
                 options.setdefault(row.candidate.num_speculative_tokens, {})[level] = row
     measured = {k for k, rows in options.items() if any(r.measured_tokens_per_s is not None for r in rows.values())}
