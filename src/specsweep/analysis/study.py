@@ -182,8 +182,8 @@ def analyze_study(
         unfitted = {o.drafter for o in model.observations if o.drafter is not None} - set(by_drafter)
         for drafter in sorted(unfitted):
             notes.append(
-                f"{workload}: {drafter.method} ({drafter.draft_sample_method}) has no per-position acceptance "
-                "counts, so only its measured points are shown; it is not a candidate of the model."
+                f"{workload}: {drafter.label} has no per-position acceptance counts, so only its measured "
+                "points are shown; it is not a candidate of the model."
             )
         base = candidate_of(baseline, objective_concurrency) if baseline is not None else None
         mine: list[Recommendation] = []
