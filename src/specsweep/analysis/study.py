@@ -357,7 +357,6 @@ class MeasuredRate:
     key: str
     config: MeasuredConfig  # its first measurement (spec, boot facts)
     tokens_per_s: float
-    starts: int
 
 
 def measured_rates(configs: Sequence[MeasuredConfig], workload: str, concurrency: int) -> list[MeasuredRate]:
@@ -372,7 +371,6 @@ def measured_rates(configs: Sequence[MeasuredConfig], workload: str, concurrency
             key=key,
             config=group[0],
             tokens_per_s=sum(c.rate(workload, concurrency) or 0.0 for c in group) / len(group),
-            starts=len(group),
         )
         for key, group in groups.items()
     ]
