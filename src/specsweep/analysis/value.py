@@ -61,11 +61,8 @@ class CellBelief:
 class CellLoss:
     """A cell's pick (the measured configuration with the least expected loss) and that loss."""
 
-    workload: str
-    concurrency: int
     pick: Candidate | None  # None: nothing measured here yet
     loss_tokens_per_s: float  # expected, weighted
-    best_tokens_per_s: float  # the mean over draws of the best configuration's rate, weighted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,18 +94,11 @@ def pick(draws: np.ndarray, eligible: Sequence[int], tolerance: float) -> tuple[
 
 def cell_loss(cell: CellBelief, tolerance: float) -> CellLoss:
     """The pick of a cell and its expected loss."""
-    best = float(cell.sample.draws.max(axis=1).mean()) * cell.weight
     columns = [j for j, c in enumerate(cell.sample.candidates) if c in cell.measured]
     if not columns:  # nothing a paste may run yet: all of the best rate is lost
-        return CellLoss(
-            workload=cell.workload, concurrency=cell.concurrency, pick=None, loss_tokens_per_s=best,
-            best_tokens_per_s=best,
-        )  # fmt: skip
+        return CellLoss(pick=None, loss_tokens_per_s=float(cell.sample.draws.max(axis=1).mean()) * cell.weight)
     chosen, loss = pick(cell.sample.draws, columns, tolerance)
-    return CellLoss(
-        workload=cell.workload, concurrency=cell.concurrency, pick=cell.sample.candidates[chosen],
-        loss_tokens_per_s=loss * cell.weight, best_tokens_per_s=best,
-    )  # fmt: skip
+    return CellLoss(pick=cell.sample.candidates[chosen], loss_tokens_per_s=loss * cell.weight)
 
 
 def start_values(
