@@ -77,7 +77,6 @@ def fit_aggregate_acceptance(
     else:
         variance = design_effect * _independent_steps_variance(a, k, float(steps.sum()))
         how = "totals only: steps treated as independent (times the design effect), so the band is optimistic"
-    conditional = (a,) * k_max
     fit = ModelFit(
         name="geometric",
         param_names=("a",),
@@ -87,11 +86,9 @@ def fit_aggregate_acceptance(
         num_params=1,
         log_likelihood=None,
         aic=None,
-        delta_aic=0.0,
         akaike_weight=1.0,
         per_position=tuple(a**i for i in range(1, k_max + 1)),
-        conditional=conditional,
-        converged=True,
+        conditional=(a,) * k_max,
     )
     result = AcceptanceFit(
         source="aggregate",
@@ -110,7 +107,6 @@ def fit_aggregate_acceptance(
             f"aggregate counts identify only the geometric rate: a = {a:.4f} from {mean:.4f} accepted "
             f"per step at k = {k}; interval by {how}."
         ),
-        prediction=(),
         draws=draws,
         seed=seed,
     )

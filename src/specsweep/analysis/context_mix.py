@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from specsweep.analysis.drafters import Candidate, Drafter, drafter_of
 from specsweep.analysis.recommendation import CandidateRate, Recommendation
-from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
+from specsweep.analysis.snippet_plan import SnippetPlan, own_pick, plan_snippet
 from specsweep.types import MeasuredConfig, SpeculativeConfig
 from specsweep.workload import parse_context_variant
 
@@ -106,11 +106,9 @@ def mix_recommendation(
 
     def mean(candidate: Candidate, value: Callable[[CandidateRate], float | None]) -> float | None:
         values = [value(by_member[m][candidate]) for m in members]
-        return (
-            None
-            if any(v is None for v in values)
-            else sum(share[m] * (v or 0.0) for m, v in zip(members, values, strict=True))
-        )
+        if any(v is None for v in values):
+            return None
+        return sum(share[m] * (v or 0.0) for m, v in zip(members, values, strict=True))
 
     rates = {c: mean(c, lambda r: r.tokens_per_s) or 0.0 for c in common}
     measured = {c: mean(c, lambda r: r.measured_tokens_per_s) for c in common}
@@ -152,16 +150,7 @@ def mix_recommendation(
     )
 
 
-def own_pick(rec: Recommendation) -> CandidateRate:
-    """What one cell's own paste would run: its pick where measured, else its best measured candidate."""
-    rows = {row.candidate: row for row in rec.candidates}
-    measured = [row for row in rec.candidates if row.measured_tokens_per_s is not None]
-    if rec.measured or not measured:
-        return rows[rec.choice]
-    return max(measured, key=lambda row: row.tokens_per_s)
-
-
-def given_up_line(member: str, label: str, runs: Mapping[int, Candidate], recs: Mapping[int, Recommendation]) -> str:
+def given_up_line(label: str, runs: Mapping[int, Candidate], recs: Mapping[int, Recommendation]) -> str:
     """What one context gives up under the mix's paste, per concurrency (predicted)."""
     parts = []
     for level, run in sorted(runs.items()):
@@ -206,7 +195,8 @@ def mix_snippets(
             cells = {m: by_cell[m, level] for m in members if (m, level) in by_cell}
             mixed.append(mix_recommendation(plan.workload, cells, weights, idle))
         mix = plan_snippet(plan.workload, mixed, templates, max_num_seqs=max_num_seqs, table_refusal=table_refusal)
-        said = ", ".join(f"{context_label(m, context_tokens(configs, m))} {100 * weights[m]:.0f}%" for m in members)
+        labels = {m: context_label(m, context_tokens(configs, m)) for m in members}
+        said = ", ".join(f"{labels[m]} {100 * weights[m]:.0f}%" for m in members)
         how = "measure.context_weight is 0: weighed evenly" if even else "as measure.context_weight weighs them"
         lines = [
             f"one paste for every context (no engine takes a k per context): per batch size, the k fastest "
@@ -214,8 +204,7 @@ def mix_snippets(
         ]
         for member in members:
             recs = {b: r for (w, b), r in by_cell.items() if w == member}
-            label = context_label(member, context_tokens(configs, member))
-            lines.append(given_up_line(member, label, mix.choice_by_concurrency, recs))
+            lines.append(given_up_line(labels[member], mix.choice_by_concurrency, recs))
         out.append(replace(mix, given_up=tuple(lines) + mix.given_up))
     return tuple(out)
 

@@ -109,9 +109,7 @@ def drafter_fields(drafter: Drafter) -> dict[str, object]:
     return fields
 
 
-def find_drafter(
-    drafters: Sequence[Drafter], name: str | None, *, draft_sample_method: str | None = None, flag: str = "--drafter"
-) -> Drafter:
+def find_drafter(drafters: Sequence[Drafter], name: str | None, *, draft_sample_method: str | None = None) -> Drafter:
     """The one drafter of ``drafters`` that ``name`` names: its label (``dspark (probabilistic)``),
     its method (``dspark``) or its draft sampling (``probabilistic``) where that is unambiguous;
     ``draft_sample_method`` narrows further (a running config says it). No name: the only drafter.
@@ -122,7 +120,7 @@ def find_drafter(
         wanted = name.strip()
         chosen = [d for d in chosen if wanted in (d.label, d.method, d.method.split(" ", 1)[0], d.draft_sample_method)]
         if not chosen:
-            raise ConfigError(f"the rig has no drafter {name!r}; its drafters are {listed}: name one with {flag}.")
+            raise ConfigError(f"the rig has no drafter {name!r}; its drafters are {listed}: name one with --drafter.")
     if draft_sample_method is not None:
         chosen = [d for d in chosen if d.draft_sample_method == draft_sample_method]
         if not chosen:
@@ -137,5 +135,5 @@ def find_drafter(
     several = ", ".join(repr(d.label) for d in chosen)
     raise ConfigError(
         f"the rig has {len(chosen)} drafters that could be the running one ({several}): "
-        f"name it, e.g. {flag} '{chosen[-1].label}'."
+        f"name it, e.g. --drafter '{chosen[-1].label}'."
     )

@@ -55,11 +55,11 @@ class ModelFit:
     num_params: int
     log_likelihood: float | None  # None for aggregate data, which have no per-position likelihood
     aic: float | None
-    delta_aic: float  # above the best parametric model
-    akaike_weight: float  # among the parametric models (0 for the saturated one)
+    delta_aic: float = 0.0  # above the best parametric model (rank_models fills it in)
+    akaike_weight: float = 0.0  # among the parametric models (0 for the saturated one)
     per_position: tuple[float, ...]  # fitted S_1..S_kmax
     conditional: tuple[float, ...]  # fitted p_1..p_kmax
-    converged: bool
+    converged: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,7 +79,7 @@ class AcceptanceFit:
     saturated: ModelFit | None
     chosen: str
     choice_reason: str
-    prediction: tuple[DraftLengthPrediction, ...]  # k = 1..k_max
+    prediction: tuple[DraftLengthPrediction, ...] = ()  # k = 1..k_max (positions.predict_draft_lengths)
     draws: int
     seed: int
     borrowed: BorrowedTail | None = None  # positions past K taken from the other draft sampling
@@ -137,7 +137,6 @@ def fit_acceptance(
         saturated=saturated,
         chosen=chosen,
         choice_reason=reason,
-        prediction=(),
         draws=draws,
         seed=seed,
     )
@@ -216,8 +215,6 @@ def fit_decay_model(name: str, counts: np.ndarray, *, k_max: int, design_effect:
         num_params=len(model.param_names),
         log_likelihood=ll,
         aic=2 * len(model.param_names) - 2 * ll,
-        delta_aic=0.0,
-        akaike_weight=0.0,
         per_position=tuple(float(s) for s in survival(conditional)),
         conditional=tuple(float(p) for p in conditional),
         converged=bool(best.success),
@@ -276,11 +273,8 @@ def fit_saturated(counts: np.ndarray, *, k_max: int) -> ModelFit:
         num_params=k,
         log_likelihood=ll,
         aic=2 * k - 2 * ll,
-        delta_aic=0.0,
-        akaike_weight=0.0,
         per_position=tuple(float(s) for s in survival(shown)),
         conditional=tuple(float(p) for p in shown),
-        converged=True,
     )
 
 

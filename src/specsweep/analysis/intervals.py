@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from scipy.stats import norm
@@ -71,16 +72,13 @@ def position_estimates(counts: np.ndarray, *, confidence: float, design_effect: 
     n0 = counts[0]
     per_position = [float(c / n0) for c in counts[1:]]
     conditional = conditional_from_unconditional(per_position)
+    interval = partial(wilson_interval, confidence=confidence, design_effect=design_effect)
     out = []
     for i in range(1, counts.size):
         reached, accepted = float(counts[i - 1]), float(counts[i])
-        s_low, s_high = wilson_interval(accepted, n0, confidence=confidence, design_effect=design_effect)
+        s_low, s_high = interval(accepted, n0)
         p = conditional[i - 1] if reached > 0 else None
-        p_low, p_high = (
-            wilson_interval(accepted, reached, confidence=confidence, design_effect=design_effect)
-            if reached > 0
-            else (None, None)
-        )
+        p_low, p_high = interval(accepted, reached) if reached > 0 else (None, None)
         out.append(
             PositionEstimate(
                 position=i,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specsweep.analysis.drafters import Candidate, Drafter, candidate_of
+from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of
 from specsweep.types import MeasuredConfig
 
 
@@ -40,26 +40,21 @@ class LatencyLimit:
 
 def itl_limit(configs: Sequence[MeasuredConfig], workload: str, concurrency: int, limit_s: float) -> LatencyLimit:
     """The candidates a target of ITL p99 <= ``limit_s`` keeps for ``workload`` at ``concurrency``."""
-    measured: dict[tuple[Drafter | None, int], list[float]] = {}
+    measured: dict[Candidate, list[float]] = {}
     for config in configs:
         row = config.level(workload, concurrency)
-        if not config.feasible or row is None or row.itl_p99_s is None:
-            continue
-        candidate = candidate_of(config.spec, concurrency)
-        measured.setdefault((candidate.drafter, candidate.num_speculative_tokens), []).append(row.itl_p99_s)
-    mean = {key: sum(values) / len(values) for key, values in measured.items()}
+        if config.feasible and row is not None and row.itl_p99_s is not None:
+            measured.setdefault(candidate_of(config.spec, concurrency), []).append(row.itl_p99_s)
+    mean = {candidate: sum(values) / len(values) for candidate, values in measured.items()}
+    ordered = sorted(mean.items(), key=lambda item: (item[0].drafter is not None, item[0].num_speculative_tokens))
+    over = [f"{c.label} {1000 * p99:.0f} ms" for c, p99 in ordered if p99 > limit_s]
     longest: dict[Drafter, int] = {}
-    over: list[str] = []
-    for (drafter, k), p99 in sorted(mean.items(), key=lambda item: (item[0][0] is not None, item[0][1])):
-        if p99 > limit_s:
-            name = "speculation off" if drafter is None else f"k={k} {drafter.label}"
-            over.append(f"{name} {1000 * p99:.0f} ms")
-    for drafter in {d for d, _ in mean if d is not None}:
-        within = [k for (d, k), p99 in mean.items() if d == drafter and p99 <= limit_s]
-        beyond = [k for (d, k), p99 in mean.items() if d == drafter and p99 > limit_s]
+    for drafter in {c.drafter for c in mean if c.drafter is not None}:
+        within = [c.num_speculative_tokens for c, p99 in mean.items() if c.drafter == drafter and p99 <= limit_s]
+        beyond = [c.num_speculative_tokens for c, p99 in mean.items() if c.drafter == drafter and p99 > limit_s]
         keep = max(within, default=0)
         if beyond:
             keep = min(keep, min(beyond) - 1)
         longest[drafter] = keep
-    off = mean.get((None, 0))
+    off = mean.get(OFF)
     return LatencyLimit(limit_s=limit_s, longest=longest, off_kept=off is None or off <= limit_s, over=tuple(over))

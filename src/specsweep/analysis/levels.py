@@ -9,6 +9,7 @@ it, with their ratio: the server's runs higher because it leaves out TTFT and sc
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -134,19 +135,14 @@ def summarize_level(
     chunks resolve the server's steps (not on an emulator running too fast to tell them apart)."""
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
-    reasons: dict[str, int] = {}
-    for record in failed:
-        key = (record.error or "unknown").split(":")[0]
-        reasons[key] = reasons.get(key, 0) + 1
+    reasons = dict(Counter((record.error or "unknown").split(":")[0] for record in failed))
     output_tokens = sum(r.completion_tokens or 0 for r in ok)
     decode = [v for r in ok if (v := r.decode_tokens_per_s) is not None]
     ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
     prefill = [r.prompt_tokens / r.ttft_s for r in ok if r.prompt_tokens and r.ttft_s is not None and r.ttft_s > 0]
     chunks = sum(r.num_chunks for r in ok)
     server_rate = None
-    ratio = None
     foreign = None
-    acceptance = None
     if delta is not None and delta.generation_tokens is not None and delta.window_s > 0:
         server_rate = delta.generation_tokens / delta.window_s
         # Every token the server generated for this tool, failed requests included, is at
@@ -154,10 +150,6 @@ def summarize_level(
         asked = sum((r.completion_tokens if r.ok else r.max_tokens) or 0 for r in (*records, *cut))
         foreign = max(0.0, delta.generation_tokens - asked)
     client_rate = output_tokens / wall_s if wall_s > 0 and ok else None
-    if server_rate is not None and client_rate:
-        ratio = server_rate / client_rate
-    if delta is not None:
-        acceptance = summarize_acceptance(delta)
     return LevelSummary(
         concurrency=concurrency,
         requests=len(records),
@@ -174,9 +166,9 @@ def summarize_level(
         tokens_per_chunk=output_tokens / chunks if chunks else None,
         chunks_per_request=chunks / len(ok) if ok else None,
         server_generation_tokens_per_s=server_rate,
-        server_to_client_ratio=ratio,
+        server_to_client_ratio=server_rate / client_rate if server_rate is not None and client_rate else None,
         foreign_tokens=foreign,
-        acceptance=acceptance,
+        acceptance=summarize_acceptance(delta) if delta is not None else None,
         client_acceptance=client_acceptance(ok),
         gauge_accept_length=gauge_accept_length,
         counted_drafts=delta.num_drafts if delta is not None else None,

@@ -118,14 +118,13 @@ def predict_throughput(
     acceptance: Mapping[Drafter, AcceptanceInput],
     *,
     concurrency: int,
-    k_min: int = 1,
     k_max: int | None = None,
     confidence: float = 0.95,
     draws: int = 400,
     seed: int = 0,
 ) -> tuple[RatePrediction, ...]:
     """Rate against k with bands at one concurrency: what a throughput-against-k figure plots."""
-    sample = sample_rates(model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed)
+    sample = sample_rates(model, acceptance, concurrency=concurrency, k_max=k_max, draws=draws, seed=seed)
     low, high = band(sample.draws, sample.tokens_per_s, confidence)
     return tuple(
         RatePrediction(

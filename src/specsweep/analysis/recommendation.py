@@ -114,10 +114,13 @@ def recommend_draft_length(
     kept = [j for j in runnable if limit is None or limit.allows(sample.candidates[j])]
     unmet = limit is not None and not kept
     kept = kept or runnable
+
+    def measured(candidate: Candidate) -> float | None:
+        return model.measured_tokens_per_s(candidate, concurrency=concurrency, workload=workload)
+
     # The one rule (analysis/value.py): the measured configuration with the least expected loss;
     # nothing measured here (a rig's model, another workload), the highest prediction.
-    measured_here = [j for j in kept if model.measured_tokens_per_s(
-        sample.candidates[j], concurrency=concurrency, workload=workload) is not None] if workload else []  # fmt: skip
+    measured_here = [j for j in kept if measured(sample.candidates[j]) is not None] if workload else []
     if measured_here:
         chosen, _ = pick(sample.draws[:, kept], [kept.index(j) for j in measured_here], tolerance)
         chosen = kept[chosen]
@@ -132,10 +135,6 @@ def recommend_draft_length(
         (j for j in kept if j != chosen and short_low[j] <= 0.0),
         key=lambda j: -sample.tokens_per_s[j],
     )
-
-    def measured(candidate: Candidate) -> float | None:
-        return model.measured_tokens_per_s(candidate, concurrency=concurrency, workload=workload)
-
     rows = tuple(
         CandidateRate(
             candidate=c,
@@ -156,10 +155,8 @@ def recommend_draft_length(
     fine = [j for j in tied if -short_low[j] <= bound and short_high[j] <= bound]
     reason = _reason(sample, chosen, tied, fine, short_low, short_high, confidence, tolerance, kept)
     if limit is not None:
-        if unmet:
-            reason += f" The latency target is not met here: {limit.describe()}."
-        else:
-            reason += f" Latency target: {limit.describe()}."
+        said = "The latency target is not met here" if unmet else "Latency target"
+        reason += f" {said}: {limit.describe()}."
     return Recommendation(
         workload=workload,
         concurrency=concurrency,
@@ -191,10 +188,10 @@ def _reason(
     high: np.ndarray,
     confidence: float,
     tolerance: float,
-    kept: list[int] | None = None,
+    kept: list[int],
 ) -> str:
     top, rate = sample.candidates[chosen], sample.tokens_per_s
-    others = [j for j in (kept if kept is not None else range(len(rate))) if j != chosen]
+    others = [j for j in kept if j != chosen]
     ahead = [j for j in others if rate[j] > rate[chosen]]
     if ahead:
         text = f"{top.label} has the least expected loss of the measured configurations ({rate[chosen]:.1f} tok/s)"
@@ -270,8 +267,4 @@ def batch_size_table(k_by_concurrency: Mapping[int, int], *, max_batch: int) -> 
         else:
             rows.append([start, end, k])
         start = end + 1
-        if start > max_batch:
-            break
-    if rows and rows[-1][1] < max_batch:
-        rows[-1][1] = max_batch
     return tuple(BatchSizeRange(start=s, end=e, num_speculative_tokens=k) for s, e, k in rows)

@@ -37,9 +37,10 @@ class SeriesNames:
 
     @property
     def counter_names(self) -> tuple[str, ...]:
+        """Every counter read, the per-position one last."""
         c = self.counters
         names = (c.generation_tokens, c.prompt_tokens, c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens)
-        return tuple(n for n in (*names, self.finished_requests) if n)
+        return tuple(n for n in (*names, self.finished_requests, c.accepted_per_position) if n)
 
     @property
     def gauge_names(self) -> tuple[str, ...]:
@@ -47,8 +48,7 @@ class SeriesNames:
 
     def wanted(self) -> tuple[str, ...]:
         """Every sample name to keep from a scrape or to ask Prometheus for, ``_created`` included."""
-        per_position = self.counters.accepted_per_position
-        counters = [*self.counter_names, *((per_position,) if per_position else ())]
+        counters = self.counter_names
         return (*counters, *(created_name(n) for n in counters), *self.gauge_names)
 
 
@@ -74,8 +74,8 @@ class Interval:
         return self.end - self.start
 
 
-def _key(labels: dict[str, str], drop: str = "") -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, v) for k, v in labels.items() if k != drop))
+def _key(labels: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in labels.items() if k))
 
 
 class IntervalReader:
@@ -83,8 +83,6 @@ class IntervalReader:
 
     def __init__(self, names: SeriesNames) -> None:
         self.names = names
-        per_pos = names.counters.accepted_per_position
-        self._tracked = [*names.counter_names, *((per_pos,) if per_pos else ())]
         self._last: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[float, float | None]] = {}
         self._previous: MetricsSnapshot | None = None
         self._first_time: float | None = None
@@ -95,7 +93,7 @@ class IntervalReader:
         self._previous = snapshot
         if before is None:
             self._first_time = snapshot.taken_at
-            for name in self._tracked:
+            for name in self.names.counter_names:
                 created = {_key(lb): v for lb, v in snapshot.values(created_name(name))}
                 for labels, value in snapshot.values(name):
                     self._last[(name, _key(labels))] = (value, created.get(_key(labels)))
@@ -107,7 +105,7 @@ class IntervalReader:
         growth: dict[str, float] = {}
         positions: dict[int, float] = {}
         resets = 0
-        for name in self._tracked:
+        for name in self.names.counter_names:
             created = {_key(lb): v for lb, v in after.values(created_name(name))}
             found = after.values(name)
             if not found and name not in before.samples:

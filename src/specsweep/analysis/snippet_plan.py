@@ -76,13 +76,10 @@ def plan_snippet(
     picks: dict[int, CandidateRate] = {}
     untested: list[str] = []
     for rec in recommendations:
-        rows = {row.candidate: row for row in rec.candidates}
-        measured = [row for row in rec.candidates if row.measured_tokens_per_s is not None]
-        if rec.measured or not measured:
-            picks[rec.concurrency] = rows[rec.choice]
-            continue
-        best = max(measured, key=lambda row: row.tokens_per_s)
+        best = own_pick(rec)
         picks[rec.concurrency] = best
+        if rec.measured or best.measured_tokens_per_s is None:
+            continue
         untested.append(
             f"at concurrency {rec.concurrency} the model predicts {rec.choice.label} at {rec.tokens_per_s:.1f} tok/s, "
             f"{100 * (rec.tokens_per_s / best.tokens_per_s - 1):+.1f}% over {best.candidate.label}, but it was "
@@ -91,13 +88,14 @@ def plan_snippet(
     drafters = {
         row.candidate.drafter for row in picks.values() if not row.candidate.off and row.candidate.drafter is not None
     }
+    choice = {b: row.candidate for b, row in picks.items()}
     max_batch = max_num_seqs or UNKNOWN_MAX_NUM_SEQS
+    plan = SnippetPlan(
+        workload=workload, spec=None, choice_by_concurrency=choice, table=(), max_batch=max_batch,
+        max_batch_known=max_num_seqs is not None, given_up=(), untested=tuple(untested),
+    )  # fmt: skip
     if not drafters:
-        choice = {b: row.candidate for b, row in picks.items()}
-        return SnippetPlan(
-            workload=workload, spec=None, choice_by_concurrency=choice, table=(), max_batch=max_batch,
-            max_batch_known=max_num_seqs is not None, given_up=(), untested=tuple(untested),
-        )  # fmt: skip
+        return plan
     by_rec = {rec.concurrency: rec for rec in recommendations}
     options = {
         d: _runs_with(d, picks, by_rec) for d in sorted(drafters, key=lambda d: (d not in templates, d.method, d))
@@ -122,23 +120,12 @@ def plan_snippet(
             if k == 0
             else replace(templates[drafter], num_speculative_tokens=k, num_speculative_tokens_per_batch_size=None)
         )
-        return SnippetPlan(
-            workload=workload, spec=spec, choice_by_concurrency=choice, table=(), max_batch=max_batch,
-            max_batch_known=max_num_seqs is not None, given_up=tuple(given_up + lines), untested=tuple(untested),
-        )  # fmt: skip
+        return replace(plan, spec=spec, choice_by_concurrency=choice, given_up=tuple(given_up + lines))
     k = max(k_by_level.values())
     table = batch_size_table(k_by_level, max_batch=max_batch) if len(set(k_by_level.values())) > 1 else ()
     spec = replace(templates[drafter], num_speculative_tokens=k, num_speculative_tokens_per_batch_size=table or None)
-    return SnippetPlan(
-        workload=workload,
-        spec=spec,
-        choice_by_concurrency={b: row.candidate for b, (row, _) in runs.items()},
-        table=table,
-        max_batch=max_batch,
-        max_batch_known=max_num_seqs is not None,
-        given_up=tuple(given_up),
-        untested=tuple(untested),
-    )
+    choice = {b: row.candidate for b, (row, _) in runs.items()}
+    return replace(plan, spec=spec, choice_by_concurrency=choice, table=table, given_up=tuple(given_up))
 
 
 def unmeasured_lines(
@@ -166,6 +153,15 @@ def unmeasured_lines(
     return tuple(lines)
 
 
+def own_pick(rec: Recommendation) -> CandidateRate:
+    """What one cell's own paste would run: its pick where measured, else its best measured candidate."""
+    rows = {row.candidate: row for row in rec.candidates}
+    measured = [row for row in rec.candidates if row.measured_tokens_per_s is not None]
+    if rec.measured or not measured:
+        return rows[rec.choice]
+    return max(measured, key=lambda row: row.tokens_per_s)
+
+
 def _runs_with(
     drafter: Drafter, picks: Mapping[int, CandidateRate], recs: Mapping[int, Recommendation]
 ) -> dict[int, tuple[CandidateRate, float]]:
@@ -176,12 +172,8 @@ def _runs_with(
         if pick.candidate.drafter == drafter or pick.candidate.off:
             out[level] = (pick, 0.0)
             continue
-        mine = [
-            row
-            for row in recs[level].candidates
-            if (row.candidate.off or row.candidate.drafter == drafter) and row.measured_tokens_per_s is not None
-        ]
-        mine = mine or [row for row in recs[level].candidates if row.candidate.off or row.candidate.drafter == drafter]
+        runnable = [row for row in recs[level].candidates if row.candidate.off or row.candidate.drafter == drafter]
+        mine = [row for row in runnable if row.measured_tokens_per_s is not None] or runnable
         best = max(mine, key=lambda row: row.tokens_per_s)
         out[level] = (best, max(0.0, 1.0 - best.tokens_per_s / pick.tokens_per_s))
     return out
@@ -198,10 +190,8 @@ def _one_k(
     a line per level that gives way, with what it costs."""
     wanted = {level: row for level, (row, _) in runs.items()}
     options: dict[int, dict[int, CandidateRate]] = {}
-    for level, rec in recs.items():
-        if level not in wanted:
-            continue
-        for row in rec.candidates:
+    for level in wanted:
+        for row in recs[level].candidates:
             if row.candidate.off or row.candidate.drafter == drafter:
                 options.setdefault(row.candidate.num_speculative_tokens, {})[level] = row
     measured = {k for k, rows in options.items() if any(r.measured_tokens_per_s is not None for r in rows.values())}

@@ -78,7 +78,6 @@ class RateEstimate:
 
     tokens_per_s: float
     relative_se: float
-    requests: int
     step_time_relative_se: float
 
 
@@ -95,7 +94,6 @@ def estimate_rate(records: Sequence[RequestRecord], concurrency: int) -> RateEst
     return RateEstimate(
         tokens_per_s=concurrency * sum(rates) / len(rates),
         relative_se=relative_se,
-        requests=len(rates),
         step_time_relative_se=step_se,
     )
 

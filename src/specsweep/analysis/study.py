@@ -86,12 +86,10 @@ def model_workload(
     feasible = [c for c in configs if c.feasible]
     acceptance = drafter_acceptance(feasible, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
     observations = study_observations(feasible, workload)
-    throughput = (
-        fit_throughput_model(observations, start_prior=noise_prior, captured_widths=captured_widths)
-        if observations
-        else None
-    )
-    noise = noise_of(throughput, workload, noise_prior) if throughput is not None else None
+    if not observations:
+        return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=None)
+    throughput = fit_throughput_model(observations, start_prior=noise_prior, captured_widths=captured_widths)
+    noise = noise_of(throughput, workload, noise_prior)
     return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput, noise=noise)
 
 
@@ -126,10 +124,7 @@ class StudyAnalysis:
     notes: tuple[str, ...]
 
     def recommendation(self, workload: str, concurrency: int) -> Recommendation | None:
-        for rec in self.recommendations:
-            if rec.workload == workload and rec.concurrency == concurrency:
-                return rec
-        return None
+        return next((r for r in self.recommendations if r.workload == workload and r.concurrency == concurrency), None)
 
     def snippet(self, workload: str) -> SnippetPlan | None:
         return next((s for s in self.snippets if s.workload == workload), None)
@@ -187,37 +182,23 @@ def analyze_study(
         unfitted = {o.drafter for o in model.observations if o.drafter is not None} - set(by_drafter)
         for drafter in sorted(unfitted):
             notes.append(
-                f"{workload}: {drafter.method} ({drafter.draft_sample_method}) has no per-position acceptance "
-                "counts, so only its measured points are shown; it is not a candidate of the model."
+                f"{workload}: {drafter.label} has no per-position acceptance counts, so only its measured "
+                "points are shown; it is not a candidate of the model."
             )
-        model_inputs = {d: f for d, f in by_drafter.items()}
         base = candidate_of(baseline, objective_concurrency) if baseline is not None else None
         mine: list[Recommendation] = []
         for level in levels:
-            predictions.append(
-                WorkloadPredictions(
-                    workload=workload,
-                    concurrency=level,
-                    rows=tuple(
-                        row
-                        for row in predict_throughput(
-                            model,
-                            model_inputs,
-                            concurrency=level,
-                            k_max=k_max,
-                            confidence=confidence,
-                            draws=draws,
-                            seed=seed,
-                        )
-                        if row.candidate not in idle  # the engine runs it as speculation off: no point of its own
-                    ),
-                )
+            rows = predict_throughput(
+                model, by_drafter, concurrency=level, k_max=k_max, confidence=confidence, draws=draws, seed=seed
             )
+            # an idle candidate the engine runs as speculation off: no point of its own
+            rows = tuple(row for row in rows if row.candidate not in idle)
+            predictions.append(WorkloadPredictions(workload=workload, concurrency=level, rows=rows))
             limit = itl_limit(measured, workload, level, max_itl_p99_s) if max_itl_p99_s is not None else None
             mine.append(
                 recommend_draft_length(
                     model,
-                    model_inputs,
+                    by_drafter,
                     workload=workload,
                     baseline=base,
                     k_min=k_min,
@@ -306,9 +287,7 @@ def drafter_acceptance(
         if drafter not in best or depth > best[drafter][0]:
             best[drafter] = (depth, config)
     out = _aggregate_fits(configs, workload, set(best), k_max=k_max, confidence=confidence, draws=draws, seed=seed)
-    for drafter, (depth, config) in sorted(
-        best.items(), key=lambda item: (item[0].method, item[0].draft_sample_method)
-    ):
+    for drafter, (depth, config) in sorted(best.items()):  # Drafters sort by method, then draft sampling
         rows = [r for r in config.results[workload].values() if len(r.accepted_per_position or ()) == depth]
         drafts = sum(float(r.num_drafts or 0.0) for r in rows)
         counts = [sum(float((r.accepted_per_position or ())[i]) for r in rows) for i in range(depth)]
@@ -378,7 +357,6 @@ class MeasuredRate:
     key: str
     config: MeasuredConfig  # its first measurement (spec, boot facts)
     tokens_per_s: float
-    starts: int
 
 
 def measured_rates(configs: Sequence[MeasuredConfig], workload: str, concurrency: int) -> list[MeasuredRate]:
@@ -393,7 +371,6 @@ def measured_rates(configs: Sequence[MeasuredConfig], workload: str, concurrency
             key=key,
             config=group[0],
             tokens_per_s=sum(c.rate(workload, concurrency) or 0.0 for c in group) / len(group),
-            starts=len(group),
         )
         for key, group in groups.items()
     ]

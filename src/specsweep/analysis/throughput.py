@@ -134,9 +134,6 @@ class ThroughputModel:
         """The share of a candidate's steps that draft, as the step model has it (1: every step)."""
         return 0.0 if candidate.off else self.posterior.share(cell_of(candidate, concurrency))
 
-    def measured(self, candidate: Candidate, concurrency: int) -> bool:
-        return self.posterior.measured(cell_of(candidate, concurrency))
-
     @property
     def basis(self) -> str:
         """The fitted model in words, for the report and the console."""
@@ -168,7 +165,6 @@ def fit_throughput_model(
     captured_widths: CapturedWidths = CapturedWidths(),
 ) -> ThroughputModel:
     """The one step model from measured rates. FitError when nothing is usable."""
-    usable = []
     for o in observations:
         values = (o.output_tokens_per_s, o.tokens_per_step, o.weight)
         if o.concurrency < 1 or o.num_speculative_tokens < 0 or not all(math.isfinite(v) and v > 0 for v in values):
@@ -176,8 +172,7 @@ def fit_throughput_model(
                 f"observation at k={o.num_speculative_tokens}, concurrency {o.concurrency} needs a positive "
                 "rate, tokens per step and weight; leave out levels that produced no tokens."
             )
-        usable.append(o)
-    if not usable:
+    if not observations:
         raise FitError("no throughput observations: measure at least one configuration.")
     steps = [
         StepObservation(
@@ -189,13 +184,13 @@ def fit_throughput_model(
             relative_se=o.relative_se,
             drafted_share=o.drafted_share,
         )
-        for o in usable
+        for o in observations
     ]
     posterior = fit_step_model(steps, start_prior=start_prior, captured_widths=captured_widths)
     return ThroughputModel(
         posterior=posterior,
-        observations=tuple(usable),
-        concurrency_levels=tuple(sorted({o.concurrency for o in usable})),
+        observations=tuple(observations),
+        concurrency_levels=tuple(sorted({o.concurrency for o in observations})),
     )
 
 

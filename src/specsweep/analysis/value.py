@@ -61,11 +61,8 @@ class CellBelief:
 class CellLoss:
     """A cell's pick (the measured configuration with the least expected loss) and that loss."""
 
-    workload: str
-    concurrency: int
     pick: Candidate | None  # None: nothing measured here yet
     loss_tokens_per_s: float  # expected, weighted
-    best_tokens_per_s: float  # the mean over draws of the best configuration's rate, weighted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,10 +75,9 @@ class StartValue:
     by_cell: tuple[tuple[str, int, float, float], ...]  # (workload, concurrency, tok/s, share), largest share first
 
 
-def losses(sample: RateSample, tolerance: float) -> np.ndarray:
-    """Per draw and configuration, the loss against the draw's best: (draws, configurations)."""
-    best = sample.draws.max(axis=1, keepdims=True)
-    loss: np.ndarray = np.maximum((1.0 - tolerance) * best - sample.draws, 0.0)
+def losses(draws: np.ndarray, tolerance: float) -> np.ndarray:
+    """Per draw and configuration (the last axis), the loss against the draw's best."""
+    loss: np.ndarray = np.maximum((1.0 - tolerance) * draws.max(axis=-1, keepdims=True) - draws, 0.0)
     return loss
 
 
@@ -90,8 +86,7 @@ def pick(draws: np.ndarray, eligible: Sequence[int], tolerance: float) -> tuple[
     configurations a paste may run: measured ones), the one with the least expected loss against
     each draw's best column, less the tolerance; a tie in loss goes to the faster. Returns the
     column and its expected loss. The search's stop, the recommendation and the paste read it."""
-    best = draws.max(axis=1, keepdims=True)
-    expected = np.maximum((1.0 - tolerance) * best - draws[:, list(eligible)], 0.0).mean(axis=0)
+    expected = losses(draws, tolerance)[:, list(eligible)].mean(axis=0)
     means = draws[:, list(eligible)].mean(axis=0)
     i = min(range(len(eligible)), key=lambda i: (expected[i], -means[i]))
     return eligible[i], float(expected[i])
@@ -99,27 +94,15 @@ def pick(draws: np.ndarray, eligible: Sequence[int], tolerance: float) -> tuple[
 
 def cell_loss(cell: CellBelief, tolerance: float) -> CellLoss:
     """The pick of a cell and its expected loss."""
-    best = float(cell.sample.draws.max(axis=1).mean()) * cell.weight
     columns = [j for j, c in enumerate(cell.sample.candidates) if c in cell.measured]
-    if not columns:
-        return CellLoss(
-            workload=cell.workload, concurrency=cell.concurrency, pick=None,
-            loss_tokens_per_s=float(np.mean(cell.sample.draws.max(axis=1))) * cell.weight, best_tokens_per_s=best,
-        )  # fmt: skip
+    if not columns:  # nothing a paste may run yet: all of the best rate is lost
+        return CellLoss(pick=None, loss_tokens_per_s=float(cell.sample.draws.max(axis=1).mean()) * cell.weight)
     chosen, loss = pick(cell.sample.draws, columns, tolerance)
-    return CellLoss(
-        workload=cell.workload, concurrency=cell.concurrency, pick=cell.sample.candidates[chosen],
-        loss_tokens_per_s=loss * cell.weight, best_tokens_per_s=best,
-    )  # fmt: skip
+    return CellLoss(pick=cell.sample.candidates[chosen], loss_tokens_per_s=loss * cell.weight)
 
 
 def start_values(
-    cells: Sequence[CellBelief],
-    candidates: Collection[Candidate],
-    *,
-    tolerance: float,
-    observations: int = OBSERVATIONS,
-    seed: int = 0,
+    cells: Sequence[CellBelief], candidates: Collection[Candidate], *, tolerance: float
 ) -> list[StartValue]:
     """The value of a start of each candidate (see the module doc), highest first."""
     best = [float(c.sample.draws.max(axis=1).mean()) for c in cells]
@@ -127,7 +110,7 @@ def start_values(
     for candidate in candidates:
         rows = []
         for index, cell in enumerate(cells):
-            value = _cell_value(cell, candidate, tolerance, observations, seed + 7919 * index)
+            value = _cell_value(cell, candidate, tolerance, OBSERVATIONS, 7919 * index)
             if value > 0:
                 rows.append((cell.workload, cell.concurrency, value * cell.weight, value * cell.weight / best[index]))
         out.append(
@@ -148,7 +131,7 @@ def _cell_value(cell: CellBelief, candidate: Candidate, tolerance: float, observ
         return 0.0
     draws = cell.sample.draws
     eligible = [j for j, c in enumerate(cell.sample.candidates) if c in cell.measured]
-    now = losses(cell.sample, tolerance).mean(axis=0)
+    now = losses(draws, tolerance).mean(axis=0)
     loss_now = float(now[eligible].min()) if eligible else float(draws.max(axis=1).mean())
     after = sorted({*eligible, x})
     rng = np.random.default_rng(seed)
@@ -168,8 +151,7 @@ def _cell_value(cell: CellBelief, candidate: Candidate, tolerance: float, observ
     predicted = rate + observation_sd * rng.standard_normal(len(rate))
     innovation = measured[:, None] - predicted[None, :]  # (observations, draws)
     updated = draws[None, :, :] + innovation[:, :, None] * gain[None, None, :]
-    best = updated.max(axis=2, keepdims=True)
-    expected = np.maximum((1.0 - tolerance) * best - updated, 0.0).mean(axis=1)  # (observations, configurations)
+    expected = losses(updated, tolerance).mean(axis=1)  # (observations, configurations)
     loss_after = float(expected[:, after].min(axis=1).mean())
     return max(loss_now - loss_after, 0.0)
 
@@ -179,18 +161,18 @@ def within_tolerance(
 ) -> tuple[Candidate, ...]:
     """Measured rivals of ``pick`` that may be faster, but by no more than the tolerance: the
     paired ratio's interval lies within 1 +- tolerance and reaches above 1."""
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    bands = [(c, np.percentile(ratio, [tail, 100.0 - tail])) for c, ratio in _ratios(cell, pick) if c in cell.measured]
+    return tuple(c for c, (low, high) in bands if low >= 1.0 - tolerance and high <= 1.0 + tolerance)
+
+
+def _ratios(cell: CellBelief, pick: Candidate) -> list[tuple[Candidate, np.ndarray]]:
+    """Every other configuration's rate over ``pick``'s, per joint draw (none where ``pick`` is no column)."""
     j = cell.column(pick)
     if j is None:
-        return ()
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    out = []
-    for i, c in enumerate(cell.sample.candidates):
-        if c == pick or c not in cell.measured:
-            continue
-        low, high = np.percentile(cell.sample.draws[:, i] / cell.sample.draws[:, j], [tail, 100.0 - tail])
-        if low >= 1.0 - tolerance and high <= 1.0 + tolerance:
-            out.append(c)
-    return tuple(out)
+        return []
+    draws = cell.sample.draws
+    return [(c, draws[:, i] / draws[:, j]) for i, c in enumerate(cell.sample.candidates) if c != pick]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,15 +187,10 @@ class Rival:
 def could_be_faster(cell: CellBelief, pick: Candidate, tolerance: float, confidence: float = 0.95) -> tuple[Rival, ...]:
     """Rivals of ``pick`` whose paired ratio's upper end lies beyond ``1 + tolerance``, with that end
     and the chance they are more than the tolerance faster; the most first."""
-    j = cell.column(pick)
-    if j is None:
-        return ()
     upper = 100.0 - (1.0 - confidence) / 2.0 * 100.0
     out = []
-    for i, c in enumerate(cell.sample.candidates):
-        if c != pick:
-            ratio = cell.sample.draws[:, i] / cell.sample.draws[:, j]
-            high = float(np.percentile(ratio, upper))
-            if high > 1.0 + tolerance:
-                out.append(Rival(candidate=c, most=high - 1.0, chance=float(np.mean(ratio > 1.0 + tolerance))))
+    for c, ratio in _ratios(cell, pick):
+        high = float(np.percentile(ratio, upper))
+        if high > 1.0 + tolerance:
+            out.append(Rival(candidate=c, most=high - 1.0, chance=float(np.mean(ratio > 1.0 + tolerance))))
     return tuple(sorted(out, key=lambda r: -r.most))
