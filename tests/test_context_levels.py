@@ -11,6 +11,7 @@ import json
 import re
 from pathlib import Path
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,6 +24,7 @@ from specsweep.emulator.prefix_cache import BLOCK_TOKENS, PrefixCache
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.errors import ConfigError
 from specsweep.rigs.file import write_rig
+from specsweep.runtime.measure import MeasureSettings, run_measure
 from specsweep.tuning.records import measured_configs
 from specsweep.tuning.stored import load_stored_study
 from specsweep.tuning.workloads import study_workloads
@@ -234,3 +236,31 @@ def test_study_with_a_rig_refuses_context_levels_before_any_start(tmp_path: Path
     assert done.returncode == 1
     assert "context levels (measure.context, --context) cannot be answered from it" in done.stderr
     assert not list((tmp_path / "studies").glob("*/logs/*.log"))  # nothing started
+
+
+def test_llamacpp_keeps_its_prompt_cache_for_a_context_levels_shared_prefix_only() -> None:
+    """llama.cpp is asked not to reuse its prompt cache (``cache_prompt: false``) for a workload's
+    own prompts, and to reuse it for a context level's: its requests share their long prefix on
+    purpose, and without the cache every one would prefill its whole context."""
+    sent: list[dict] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/v1/completions":
+            return httpx.Response(404)
+        sent.append(json.loads(request.content))
+        events = [
+            {"choices": [{"index": 0, "text": "a", "finish_reason": None}]},
+            {"choices": [{"index": 0, "text": "b", "finish_reason": "length"}]},
+            {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}},
+        ]
+        body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        return httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
+
+    settings = MeasureSettings(
+        endpoint="http://server", engine="llama.cpp", api="completions", model="m", concurrency=(1,),
+        requests=1, warmup=0, max_tokens=2, temperature=0.0,
+    )  # fmt: skip
+    plain = load_workload("technical")
+    for workload in (plain, context_variant(plain, 4096)):
+        run_measure(settings, workload, transport=httpx.MockTransport(server))
+    assert [body["cache_prompt"] for body in sent] == [False, True]
