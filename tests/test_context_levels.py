@@ -7,8 +7,11 @@ of server starts a study without context levels makes.
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import re
+import sys
 from pathlib import Path
 
 import httpx
@@ -16,6 +19,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from specsweep.cli.context_room import refuse_context_levels
+from specsweep.cli.study import known_max_model_len
 from specsweep.config import parse_context, parse_study_config
 from specsweep.context_prompts import context_variant, shared_prefix
 from specsweep.emulator.content import PromptReader, classify_content
@@ -264,3 +269,23 @@ def test_llamacpp_keeps_its_prompt_cache_for_a_context_levels_shared_prefix_only
     for workload in (plain, context_variant(plain, 4096)):
         run_measure(settings, workload, transport=httpx.MockTransport(server))
     assert [body["cache_prompt"] for body in sent] == [False, True]
+
+
+def test_the_real_llamacpp_context_bench_sizes_its_server_for_its_longest_level() -> None:
+    """bench/context_real_llamacpp.py's study: llama-server's -c (base_argv's ``context``) holds
+    16k and the output, and the 4,096 the other real-engine benches pass is refused before a start."""
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    sys.path.insert(0, str(bench))  # it imports rig_real_llamacpp's command line from beside it
+    try:
+        module = importlib.import_module("context_real_llamacpp")
+    finally:
+        sys.path.remove(str(bench))
+    args = argparse.Namespace(
+        server="llama-server", target="m.gguf", ctx_size=32768, threads=1, k=[3, 6], workloads=["technical"],
+        max_tokens=64, max_requests=4, context=parse_context("4k,16k"),
+    )  # fmt: skip
+    config = parse_study_config(module.study_data(args))
+    refuse_context_levels(config, known_max_model_len(config.server), key="--context")
+    small = parse_study_config(module.study_data(argparse.Namespace(**{**vars(args), "ctx_size": 4096})))
+    with pytest.raises(ConfigError, match=r"context level 16,384 .* \(4,096, -c in server.start\)"):
+        refuse_context_levels(small, known_max_model_len(small.server), key="--context")
