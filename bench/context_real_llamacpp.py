@@ -20,9 +20,11 @@ once per start, by its warm-up request.
 Printed, read back from the stored study: server starts and wall minutes; per workload a table
 with contexts as rows (each with its mean prompt tokens as the server counted them) and each
 configuration's measured tok/s (client side, the study's own records) as columns, then per
-context the measured best, the study's recommendation at one stream and its predicted rate, the
-acceptance (accepted over drafted tokens) at each k, and the time to first token of speculation
-off (p95: whether the prefix cache held the shared prefix). The last line per workload:
+context the measured best, the study's recommendation at one stream and its predicted rate; the
+same table by decode rate (each level's median request's tokens per second after its first
+token, without the prefill of its own prompt, which is long at 16k); the acceptance (accepted over
+drafted tokens) at each k, and the time to first token of speculation off (p95: whether the
+prefix cache held the shared prefix). The last line per workload, by the client-side rate:
 
     k* at 1 stream: plain K1, 4k K2, 16k K3
 """
@@ -113,6 +115,16 @@ def report_workload(workload: str, contexts: tuple[int, ...], configs: list[Meas
         )
         cells = "".join(f"{rates[k]:8.1f}" if k in rates else f"{'-':>8s}" for k in ks)
         print(f"{row:26s}{cells}  {label(best) if best is not None else '-':>6s}  {pick:>24s}")
+    print(f"{'decode tok/s, p50':26s}{head}  {'best':>6s}")  # after the first token: no prefill in it
+    for name in names:
+        decode = {
+            k: sum(found) / len(found)
+            for k, levels in by_k(configs, name).items()
+            if (found := [lv.decode_tokens_per_s_p50 for lv in levels if lv.decode_tokens_per_s_p50])
+        }
+        best = max(decode, key=decode.__getitem__) if decode else None
+        cells = "".join(f"{decode[k]:8.1f}" if k in decode else f"{'-':>8s}" for k in ks)
+        print(f"{name:26s}{cells}  {label(best) if best is not None else '-':>6s}")
     print(f"{'acceptance':26s}" + "".join(f"{label(k) if k else '':>8s}" for k in ks) + f"  {'TTFT p95 s (off)':>17s}")
     for name in names:
         levels = by_k(configs, name)
