@@ -38,9 +38,11 @@ WORKLOADS = ("prose", "technical")
 FIXED = {"method": "ngram", "prompt_lookup_min": 3, "prompt_lookup_max": 3}
 
 
-def base_argv(server: str, target: str) -> list[str]:
-    return [server, "-m", target, "--host", "127.0.0.1", "--port", "{port}", "-c", "4096", "-t", "2", "-np", "1",
-            "--metrics", "--no-webui"]  # fmt: skip
+def base_argv(server: str, target: str, *, context: int = 4096, threads: int = 2) -> list[str]:
+    """llama-server's command line before its speculation flags: ``context`` its -c (its one slot
+    holds it all), ``threads`` its -t."""
+    return [server, "-m", target, "--host", "127.0.0.1", "--port", "{port}", "-c", str(context), "-t", str(threads),
+            "-np", "1", "--metrics", "--no-webui"]  # fmt: skip
 
 
 def spec_args(k: int) -> list[str]:

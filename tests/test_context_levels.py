@@ -7,14 +7,20 @@ of server starts a study without context levels makes.
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import re
+import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from specsweep.cli.context_room import refuse_context_levels
+from specsweep.cli.study import known_max_model_len
 from specsweep.config import parse_context, parse_study_config
 from specsweep.context_prompts import context_variant, shared_prefix
 from specsweep.emulator.content import PromptReader, classify_content
@@ -23,6 +29,7 @@ from specsweep.emulator.prefix_cache import BLOCK_TOKENS, PrefixCache
 from specsweep.emulator.profile import DEFAULT_PROFILE, load_profile
 from specsweep.errors import ConfigError
 from specsweep.rigs.file import write_rig
+from specsweep.runtime.measure import MeasureSettings, run_measure
 from specsweep.tuning.records import measured_configs
 from specsweep.tuning.stored import load_stored_study
 from specsweep.tuning.workloads import study_workloads
@@ -234,3 +241,51 @@ def test_study_with_a_rig_refuses_context_levels_before_any_start(tmp_path: Path
     assert done.returncode == 1
     assert "context levels (measure.context, --context) cannot be answered from it" in done.stderr
     assert not list((tmp_path / "studies").glob("*/logs/*.log"))  # nothing started
+
+
+def test_llamacpp_keeps_its_prompt_cache_for_a_context_levels_shared_prefix_only() -> None:
+    """llama.cpp is asked not to reuse its prompt cache (``cache_prompt: false``) for a workload's
+    own prompts, and to reuse it for a context level's: its requests share their long prefix on
+    purpose, and without the cache every one would prefill its whole context."""
+    sent: list[dict] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/v1/completions":
+            return httpx.Response(404)
+        sent.append(json.loads(request.content))
+        events = [
+            {"choices": [{"index": 0, "text": "a", "finish_reason": None}]},
+            {"choices": [{"index": 0, "text": "b", "finish_reason": "length"}]},
+            {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}},
+        ]
+        body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        return httpx.Response(200, content=body.encode(), headers={"content-type": "text/event-stream"})
+
+    settings = MeasureSettings(
+        endpoint="http://server", engine="llama.cpp", api="completions", model="m", concurrency=(1,),
+        requests=1, warmup=0, max_tokens=2, temperature=0.0,
+    )  # fmt: skip
+    plain = load_workload("technical")
+    for workload in (plain, context_variant(plain, 4096)):
+        run_measure(settings, workload, transport=httpx.MockTransport(server))
+    assert [body["cache_prompt"] for body in sent] == [False, True]
+
+
+def test_the_real_llamacpp_context_bench_sizes_its_server_for_its_longest_level() -> None:
+    """bench/context_real_llamacpp.py's study: llama-server's -c (base_argv's ``context``) holds
+    16k and the output, and the 4,096 the other real-engine benches pass is refused before a start."""
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    sys.path.insert(0, str(bench))  # it imports rig_real_llamacpp's command line from beside it
+    try:
+        module = importlib.import_module("context_real_llamacpp")
+    finally:
+        sys.path.remove(str(bench))
+    args = argparse.Namespace(
+        server="llama-server", target="m.gguf", ctx_size=32768, threads=1, k=[3, 6], workloads=["technical"],
+        max_tokens=64, max_requests=4, context=parse_context("4k,16k"),
+    )  # fmt: skip
+    config = parse_study_config(module.study_data(args))
+    refuse_context_levels(config, known_max_model_len(config.server), key="--context")
+    small = parse_study_config(module.study_data(argparse.Namespace(**{**vars(args), "ctx_size": 4096})))
+    with pytest.raises(ConfigError, match=r"context level 16,384 .* \(4,096, -c in server.start\)"):
+        refuse_context_levels(small, known_max_model_len(small.server), key="--context")

@@ -63,6 +63,9 @@ REQUESTS_DEFERRED = "llamacpp:requests_deferred"
 # Its prompt cache persists across requests; specsweep's nonce keeps every prompt unique from
 # its first token, and this makes sure no cached prefix is reused.
 EXTRA_BODY = {"cache_prompt": False}
+# A context level's requests share one long prefix on purpose, which the prompt cache is to hold
+# (docs/workloads.md#context-levels): without it every request prefills its whole context.
+SHARED_PREFIX_BODY = {"cache_prompt": True}
 
 DRAFT_TYPES = ("draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark")
 # Types that read --spec-draft-sampling (speculative.cpp lines 369 and 1667); eagle3, dflash and

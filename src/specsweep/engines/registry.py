@@ -34,6 +34,8 @@ class EngineInfo:
     parse_boot_facts: Callable[[str], BootFacts] = vllm.parse_boot_facts
     has_draft_sample_method: bool = True
     extra_body: dict[str, Any] = field(default_factory=dict)
+    # What replaces it in the requests of a workload whose prompts share a prefix (a context level).
+    shared_prefix_body: dict[str, Any] = field(default_factory=dict)
     # The spec-config fields the engine takes (vLLM's, or vLLM's and the engine's own), for a version.
     validate_spec: Callable[..., SpeculativeConfig] = vllm.validate_speculative_config
     # Whether a config's drafter samples its drafts (so draft_sample_method changes anything).
@@ -137,6 +139,7 @@ ENGINES = {
         counters=llamacpp.COUNTERS,
         render_spec_args=llamacpp.render_spec_args,
         extra_body=llamacpp.EXTRA_BODY,
+        shared_prefix_body=llamacpp.SHARED_PREFIX_BODY,
         validate_spec=llamacpp.validate_spec_config,
         drafts_from_a_distribution=llamacpp.drafts_from_a_distribution,
         never_drafts=llamacpp.never_drafts,

@@ -219,7 +219,8 @@ async def measure(
             engine: EngineInfo | None = engine_info(settings.engine)
         else:
             engine = engine_from_metric_names(set(first.samples)) if first else None
-        extra = {**(engine.extra_body if engine else {}), **settings.extra_body}
+        shared = engine.shared_prefix_body if engine and any(p.shared_prefix for p in workload.prompts) else {}
+        extra = {**(engine.extra_body if engine else {}), **shared, **settings.extra_body}
         client = StreamingClient(
             settings.endpoint,
             model=model,
