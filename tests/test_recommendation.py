@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+import numpy as np
 import pytest
 
 from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
 from specsweep.analysis.fits import fit_acceptance
-from specsweep.analysis.recommendation import batch_size_table, recommend_draft_length
+from specsweep.analysis.rates import RateSample
+from specsweep.analysis.recommendation import _reason, batch_size_table, recommend_draft_length
 from specsweep.analysis.throughput import ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
 from specsweep.types import BatchSizeRange, SpeculativeConfig
@@ -189,3 +191,18 @@ def test_batch_size_table_splits_at_geometric_midpoints(best, max_batch, rows):
 def test_batch_size_table_needs_a_level():
     with pytest.raises(FitError):
         batch_size_table({}, max_batch=4)
+
+
+@pytest.mark.parametrize(("measured", "said"), [([0, 1], "less surely"), ([0], "never measured here")])
+def test_a_rival_predicted_faster_than_the_pick_is_said_never_measured_only_where_it_was_not(measured, said) -> None:
+    """The pick has the least expected loss of the measured configurations; the rival nearest it,
+    predicted faster, is either never measured or measured with more doubt (a real llama-server
+    study's k = 6, measured at 10.5 tok/s, was said never measured)."""
+    k3 = Candidate(drafter=Drafter(method="ngram", draft_sample_method="greedy"), num_speculative_tokens=3)
+    rates = np.array([8.9, 9.3])
+    sample = RateSample(
+        concurrency=1, candidates=(OFF, k3), tokens_per_step=np.array([1.0, 1.5]), step_time_s=1.0 / rates,
+        step_time_source=("model", "model"), tokens_per_s=rates, draws=np.tile(rates, (4, 1)),
+    )  # fmt: skip
+    text = _reason(sample, 0, [1], [], np.array([0.0, -2.2]), np.array([0.0, 7.1]), 0.95, 0.01, [0, 1], measured)
+    assert f"0.40 tok/s faster predicted, {said} (95% interval -2.20 to 7.10)" in text

@@ -153,7 +153,7 @@ def recommend_draft_length(
     # (one that may be far slower is not "either is fine", whoever runs it instead of the choice).
     bound = tolerance * sample.tokens_per_s[chosen]
     fine = [j for j in tied if -short_low[j] <= bound and short_high[j] <= bound]
-    reason = _reason(sample, chosen, tied, fine, short_low, short_high, confidence, tolerance, kept)
+    reason = _reason(sample, chosen, tied, fine, short_low, short_high, confidence, tolerance, kept, measured_here)
     if limit is not None:
         said = "The latency target is not met here" if unmet else "Latency target"
         reason += f" {said}: {limit.describe()}."
@@ -189,6 +189,7 @@ def _reason(
     confidence: float,
     tolerance: float,
     kept: list[int],
+    measured_here: list[int],
 ) -> str:
     top, rate = sample.candidates[chosen], sample.tokens_per_s
     others = [j for j in kept if j != chosen]
@@ -200,9 +201,11 @@ def _reason(
     if others:
         runner = min(others, key=lambda j: abs(rate[chosen] - rate[j]))
         gap = rate[chosen] - rate[runner]
+        # faster predicted yet not picked: never measured, or measured with more doubt (a larger expected loss)
+        why = "less surely" if runner in measured_here else "never measured here"
         text += (
             f"; next is {sample.candidates[runner].label}, {abs(gap):.2f} tok/s {'slower' if gap >= 0 else 'faster'}"
-            f"{'' if gap >= 0 else ' predicted, never measured here'} "
+            f"{'' if gap >= 0 else ' predicted, ' + why} "
             f"({confidence:.0%} interval {low[runner]:.2f} to {high[runner]:.2f})"
         )
     if fine:
