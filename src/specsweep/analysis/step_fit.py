@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
+from specsweep.analysis.fits import inverse_hessian
 from specsweep.analysis.step_model import (
     GAMMA_PRIOR_SD,
     MIN_LEVEL_SE,
@@ -230,22 +231,7 @@ def _spread_df(criterion: Callable[[np.ndarray], float], at: np.ndarray, prior_d
     """The degrees of freedom the start-to-start spread is known with: nu = 1 / (2 var(log sigma_start)),
     var from the criterion's curvature in the two log sds (a chi-square estimate of a variance on nu
     degrees of freedom has var(log sigma) = 1 / (2 nu)). Never below the prior's own, never above 200."""
-    h = 0.1
-    f0 = criterion(at)
-    hessian = np.zeros((2, 2))
-    for i in range(2):
-        e = np.eye(2)[i] * h
-        hessian[i, i] = (criterion(at + e) - 2 * f0 + criterion(at - e)) / (h * h)
-    e = np.array([h, h])
-    hessian[0, 1] = hessian[1, 0] = (criterion(at + e) - f0 - f0 + criterion(at - e)) / (2 * h * h) - (
-        hessian[0, 0] + hessian[1, 1]
-    ) / 2
-    try:
-        var = float(np.linalg.inv(hessian)[0, 0])
-    except np.linalg.LinAlgError:
-        return float(prior_df)
-    if not math.isfinite(var) or var <= 0:
-        return float(prior_df)
+    var = float(inverse_hessian(criterion, at, [(math.log(1e-4), 0.0)] * 2)[0, 0])
     return float(min(max(1.0 / (2.0 * var), prior_df), 200.0))
 
 
