@@ -159,8 +159,8 @@ def _cell_value(cell: CellBelief, candidate: Candidate, tolerance: float, observ
 def within_tolerance(
     cell: CellBelief, pick: Candidate, tolerance: float, confidence: float = 0.95
 ) -> tuple[Candidate, ...]:
-    """Measured rivals of ``pick`` that may be faster, but by no more than the tolerance: the
-    paired ratio's interval lies within 1 +- tolerance and reaches above 1."""
+    """Measured rivals of ``pick`` that are neither more than the tolerance faster nor slower: the
+    paired ratio's interval lies within 1 +- tolerance (either is fine, whichever runs)."""
     tail = (1.0 - confidence) / 2.0 * 100.0
     bands = [(c, np.percentile(ratio, [tail, 100.0 - tail])) for c, ratio in _ratios(cell, pick) if c in cell.measured]
     return tuple(c for c, (low, high) in bands if low >= 1.0 - tolerance and high <= 1.0 + tolerance)
