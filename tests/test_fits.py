@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 from dataclasses import asdict
 
@@ -255,3 +256,12 @@ def test_aggregate_fit_recovers_the_rate_with_a_request_bootstrap():
 def test_aggregate_fit_rejects_impossible_counts(requests):
     with pytest.raises(FitError):
         fit_aggregate_acceptance(num_speculative_tokens=3, requests=requests)
+
+
+@pytest.mark.parametrize("effect", [0.5, math.nan, math.inf])
+def test_a_design_effect_that_is_not_a_number_of_at_least_one_is_refused_by_both_fits(effect) -> None:
+    """The per-position fit and the geometric fit from per-request totals check it alike."""
+    with pytest.raises(FitError, match="design effect"):
+        fit_acceptance(num_drafts=100, accepted_per_position=[60, 30], design_effect=effect)
+    with pytest.raises(FitError, match="design effect"):
+        fit_aggregate_acceptance(num_speculative_tokens=2, requests=[(200, 90)], design_effect=effect)

@@ -22,7 +22,7 @@ from scipy.optimize import brentq
 from scipy.special import logit
 
 from specsweep.analysis.decay import BOUND
-from specsweep.analysis.fits import MAX_VARIANCE, AcceptanceFit, ModelFit
+from specsweep.analysis.fits import MAX_VARIANCE, AcceptanceFit, ModelFit, check_design_effect
 from specsweep.analysis.positions import predict_draft_lengths
 from specsweep.errors import FitError
 
@@ -62,8 +62,7 @@ def fit_aggregate_acceptance(
     steps = drafted / k
     if steps.sum() <= 0:
         raise FitError("no drafted tokens were reported: measure with speculation on.")
-    if design_effect < 1.0:
-        raise FitError(f"design effect {design_effect} is below 1; pass 1 + (m - 1) * rho, which is at least 1.")
+    check_design_effect(design_effect)
     k_max = max(10, k) if k_max is None else k_max
     if k_max < 1 or draws < 1:
         raise FitError("k_max and draws must be at least 1.")

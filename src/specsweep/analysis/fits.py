@@ -115,8 +115,7 @@ def fit_acceptance(
     be fitted (no drafts, negative or rising counts, nothing measured).
     """
     counts = validate_counts(num_drafts, accepted_per_position)
-    if design_effect < 1.0 or not math.isfinite(design_effect):
-        raise FitError(f"design effect {design_effect} is below 1; pass 1 + (m - 1) * rho, which is at least 1.")
+    check_design_effect(design_effect)
     measured = counts.size - 1
     k_max = max(10, measured) if k_max is None else k_max
     if k_max < 1 or draws < 1:
@@ -141,6 +140,12 @@ def fit_acceptance(
         seed=seed,
     )
     return replace(fit, prediction=predict_draft_lengths(fit))
+
+
+def check_design_effect(design_effect: float) -> None:
+    """FitError unless the design effect is a finite number of at least 1."""
+    if not design_effect >= 1.0 or not math.isfinite(design_effect):
+        raise FitError(f"design effect {design_effect} is not a number of at least 1; pass 1 + (m - 1) * rho.")
 
 
 def validate_counts(num_drafts: float, accepted_per_position: Sequence[float]) -> np.ndarray:
