@@ -53,7 +53,7 @@ from specsweep.runtime.launcher import (
 )
 from specsweep.runtime.lease import clear_lease, lease_for, write_lease
 from specsweep.runtime.modelled_time import ServerClock
-from specsweep.runtime.store import open_log
+from specsweep.runtime.store import open_log, write_atomic
 from specsweep.secrets import mask_argv, mask_text, secrets_in
 from specsweep.templates import CommandTemplate, Values, has_placeholder
 from specsweep.types import BootFacts, SpeculativeConfig
@@ -173,7 +173,7 @@ class TrialServer:
             argv = self.start_argv(self._values, spec, port=port, trial=trial)
             table_path = self._table_path(spec)
             if table_text is not None and table_path is not None:
-                Path(table_path).write_text(table_text, encoding="utf-8")
+                write_atomic(Path(table_path), table_text)
             self._process = ServerProcess(argv, log_path=self.log_path, env=config.env)
             self._process.start()
             if self.lease_path is not None:
