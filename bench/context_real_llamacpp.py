@@ -32,12 +32,11 @@ prefix cache held the shared prefix). The last line per workload, by the client-
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
 
-from rig_real_llamacpp import FIXED, base_argv
+from rig_real_llamacpp import FIXED, base_argv, parse_engine_args
 from specsweep.cli.context_room import refuse_context_levels
 from specsweep.cli.study import known_max_model_len
 from specsweep.config import parse_context, parse_study_config
@@ -154,11 +153,7 @@ def main() -> None:
     parser.add_argument("--ctx-size", type=int, default=32768, help="llama-server's -c (Gemma 3 270M takes 32k)")
     parser.add_argument("--threads", type=int, default=1, help="llama-server's -t (1: steadier on a shared machine)")
     parser.add_argument("--folder", type=Path, help="keep the study here (default: a new temporary folder)")
-    parser.add_argument("--server", default=os.environ.get("SPECSWEEP_LLAMA_SERVER", "llama-server"))
-    parser.add_argument("--target", default=os.environ.get("SPECSWEEP_GEMMA_TARGET"))
-    args = parser.parse_args()
-    if not args.target:
-        parser.error("no target model: source ~/.cache/specsweep/real-engines.env or pass --target")
+    args = parse_engine_args(parser)
     args.k = [int(x) for x in args.k.split(",")]
     args.context = parse_context(args.context)
     args.workloads = args.workloads.split(",")

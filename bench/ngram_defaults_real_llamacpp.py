@@ -25,12 +25,11 @@ enough for Gemma 3 270M at T = 0 to repeat.
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
 
-from rig_real_llamacpp import base_argv
+from rig_real_llamacpp import base_argv, parse_engine_args
 from specsweep.config import parse_study_config
 from specsweep.engines import llamacpp
 from specsweep.runtime.launcher import ServerProcess, free_port
@@ -150,11 +149,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=192)
     parser.add_argument("--k", default="8,8", help="the searched draft lengths, LOW,HIGH")
     parser.add_argument("--folder", type=Path, help="keep the studies here (default: a new temporary folder)")
-    parser.add_argument("--server", default=os.environ.get("SPECSWEEP_LLAMA_SERVER", "llama-server"))
-    parser.add_argument("--target", default=os.environ.get("SPECSWEEP_GEMMA_TARGET"))
-    args = parser.parse_args()
-    if not args.target:
-        parser.error("no target model: source ~/.cache/specsweep/real-engines.env or pass --target")
+    args = parse_engine_args(parser)
     args.k = [int(x) for x in args.k.split(",")]
     folder = args.folder or Path(tempfile.mkdtemp(prefix="specsweep-ngram-defaults-"))
     started = time.monotonic()

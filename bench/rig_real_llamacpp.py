@@ -67,6 +67,17 @@ def sweep(folder: Path, args: argparse.Namespace):
     return config, paths, outcome.study
 
 
+def parse_engine_args(parser: argparse.ArgumentParser) -> argparse.Namespace:
+    """The parser's arguments with the llama-server binary and target model every real-engine bench
+    takes (from ~/.cache/specsweep/real-engines.env); no model is one line, not a traceback."""
+    parser.add_argument("--server", default=os.environ.get("SPECSWEEP_LLAMA_SERVER", "llama-server"))
+    parser.add_argument("--target", default=os.environ.get("SPECSWEEP_GEMMA_TARGET"))
+    args = parser.parse_args()
+    if not args.target:
+        parser.error("no target model: source ~/.cache/specsweep/real-engines.env or pass --target")
+    return args
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k-max", type=int, default=6)
@@ -74,9 +85,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--running-k", type=int, default=4, help="The k the 'running' server uses.")
     parser.add_argument("--folder", type=Path, help="Reuse (or keep) the sweep in this folder.")
-    parser.add_argument("--server", default=os.environ.get("SPECSWEEP_LLAMA_SERVER", "llama-server"))
-    parser.add_argument("--target", default=os.environ.get("SPECSWEEP_GEMMA_TARGET"))
-    args = parser.parse_args()
+    args = parse_engine_args(parser)
     folder = args.folder or Path(tempfile.mkdtemp(prefix="specsweep-rig-llama-"))
     started = time.monotonic()
     config, paths, study = sweep(folder, args)

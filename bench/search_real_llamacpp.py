@@ -25,12 +25,11 @@ is partly luck.
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
 
-from rig_real_llamacpp import FIXED, base_argv
+from rig_real_llamacpp import FIXED, base_argv, parse_engine_args
 from specsweep.analysis.drafters import candidate_of
 from specsweep.analysis.noise import run_to_run_noise
 from specsweep.config import parse_study_config
@@ -72,11 +71,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--k", default="1,8", help="the searched draft lengths, LOW,HIGH (lookup is 3)")
     parser.add_argument("--folder", type=Path, help="keep the studies here (default: a new temporary folder)")
-    parser.add_argument("--server", default=os.environ.get("SPECSWEEP_LLAMA_SERVER", "llama-server"))
-    parser.add_argument("--target", default=os.environ.get("SPECSWEEP_GEMMA_TARGET"))
-    args = parser.parse_args()
-    if not args.target:
-        parser.error("no target model: source ~/.cache/specsweep/real-engines.env or pass --target")
+    args = parse_engine_args(parser)
     args.k = [int(x) for x in args.k.split(",")]
     folder = args.folder or Path(tempfile.mkdtemp(prefix="specsweep-search-real-"))
     started = time.monotonic()
