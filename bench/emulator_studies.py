@@ -14,12 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import optuna
+
 from specsweep.analysis.drafters import Candidate, candidate_of
 from specsweep.config import EmulatorServer, MeasureConfig, Objective, SearchSpace, ServerConfig, StudyConfig
 from specsweep.emulator.model import compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import load_profile
 from specsweep.engines.vllm import METHODS_NEEDING_MODEL, validate_speculative_config
-from specsweep.tuning.stored import analyze_stored_study
+from specsweep.tuning.stored import analyze_stored_study, load_stored_study
 from specsweep.tuning.study import StudyOutcome, StudyRunner
 from specsweep.tuning.study_store import study_paths
 
@@ -112,9 +114,19 @@ def run_study(
     return StudyRunner(config, study_paths(config, folder)).run()
 
 
-def score(outcome: StudyOutcome, profile_name: str, *, seed: int = 0, levels: tuple[int, ...] = LEVELS) -> list[Cell]:
+def kept_study(profile_name: str, seed: int, folder: Path, *, sampler: str = "model", tag: str = "") -> optuna.Study:
+    """The study ``run_study`` kept in ``folder`` for this profile, seed, sampler and tag, loaded as
+    it is (nothing is run): its picks can be scored again with the analysis of the code at hand.
+    Raises FileNotFoundError where there is none."""
+    name = f"{load_profile(profile_name).name}-{seed}-{sampler}-{tag or 'study'}"
+    if not (folder / name / "study.db").is_file():
+        raise FileNotFoundError(f"no kept study {name} in {folder}")
+    return load_stored_study(folder / name)
+
+
+def score(study: optuna.Study, profile_name: str, *, seed: int = 0, levels: tuple[int, ...] = LEVELS) -> list[Cell]:
     """Every cell's regret, recommendation and paste."""
-    analysis = analyze_stored_study(outcome.study, seed=seed).analysis
+    analysis = analyze_stored_study(study, seed=seed).analysis
     truth = truth_rates(profile_name, levels)
     cells = []
     for workload in WORKLOADS:

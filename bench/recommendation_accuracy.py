@@ -2,6 +2,7 @@
 
     python bench/recommendation_accuracy.py [--seeds 5] [--profiles NAME|PATH,...] [--max-requests 12]
         [--variation 0.15] [--drift 0.05] [--noise off,on] [--levels 1,4] [--sampler model|grid]
+        [--rescore FOLDER]
 
 For every profile, seed and noise setting: a real study, as a user runs it (the model-guided
 search; the emulator as a process started once per configuration and measured over HTTP), over
@@ -23,7 +24,10 @@ more than 2% off gets a ``miss:`` line naming its profile, noise, seed and cell,
 with one are counted: at 15% start noise one seed's draws can mislead any study, so that count
 over many seeds says more than the worst pick of a few. ``--sampler grid`` runs the same studies
 as a grid (every configuration started once, the same analysis), the comparator at the same
-noise and about as many starts as the search makes with the noise on. The last line:
+noise and about as many starts as the search makes with the noise on. ``--rescore FOLDER`` runs
+nothing: it scores the studies an earlier run kept in FOLDER (the same options name them), as
+they are, with the analysis of the code at hand; a change to how picks and leaders are read is
+measured on the same starts. The last line:
 
     worst regret (recommendation and snippet, every cell): X%; mean: Y%
 """
@@ -36,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from emulator_studies import K_MAX, WORKLOADS, run_study, score
+from emulator_studies import K_MAX, WORKLOADS, kept_study, run_study, score
 from specsweep.emulator.profile import bundled_profile_names
 
 MISS = 0.02  # a pick this much below the truth's best is a miss
@@ -53,9 +57,13 @@ def main() -> None:
     parser.add_argument("--variation", type=float, default=0.15, help="with the noise on: --start-variation")
     parser.add_argument("--drift", type=float, default=0.05, help="with the noise on: --drift")
     parser.add_argument("--sampler", default="model", choices=("model", "grid"), help="the search, or a grid")
+    parser.add_argument(
+        "--rescore", type=Path, default=None, metavar="FOLDER",
+        help="run nothing: score the studies an earlier run kept in FOLDER with this code's analysis",
+    )  # fmt: skip
     args = parser.parse_args()
     levels = tuple(int(b) for b in args.levels.split(","))
-    folder = Path(tempfile.mkdtemp(prefix="specsweep-recommend-"))
+    folder = args.rescore or Path(tempfile.mkdtemp(prefix="specsweep-recommend-"))
     started = time.monotonic()
     way = "model-guided search" if args.sampler == "model" else "grid"
     print(
@@ -77,14 +85,24 @@ def main() -> None:
             extra = ("--start-variation", str(args.variation), "--drift", str(args.drift)) if noise == "on" else ()
             runs = []
             for seed in range(args.seeds):
-                outcome = run_study(
-                    name, seed, folder, max_requests=args.max_requests, extra_args=extra, levels=levels,
-                    time_scale=args.time_scale, tag=noise, sampler=args.sampler,
-                )  # fmt: skip
-                runs.append((outcome, score(outcome, name, seed=seed, levels=levels)))
+                if args.rescore:  # a kept study, as it is, scored with this code's analysis
+                    try:
+                        study = kept_study(name, seed, folder, sampler=args.sampler, tag=noise)
+                    except FileNotFoundError:
+                        continue
+                    starts, ties = len(study.trials), None  # the search's own words were not kept
+                else:
+                    outcome = run_study(
+                        name, seed, folder, max_requests=args.max_requests, extra_args=extra, levels=levels,
+                        time_scale=args.time_scale, tag=noise, sampler=args.sampler,
+                    )  # fmt: skip
+                    study, starts, ties = outcome.study, outcome.starts, bool(outcome.ties)
+                runs.append((starts, ties, score(study, name, seed=seed, levels=levels)))
                 studies[noise] = studies.get(noise, 0) + 1
+            if not runs:
+                continue
             for index, (workload, level) in enumerate((w, b) for w in WORKLOADS for b in levels):
-                cells = [cells[index] for _, cells in runs]
+                cells = [cells[index] for _, _, cells in runs]
                 for seed, cell in enumerate(cells):
                     for what, regret, named in (
                         ("recommendation", cell.regret, cell.tied_best),
@@ -110,8 +128,8 @@ def main() -> None:
                     f"{100 * max(c.snippet_regret for c in cells):>10.1f}% "
                     f"{sum(c.tied_best for c in cells):>13d}/{len(cells)}"
                 )
-            starts = [outcome.starts for outcome, _ in runs]
-            named = sum(bool(outcome.ties) for outcome, _ in runs)
+            starts = [starts for starts, _, _ in runs]
+            named = "not kept" if args.rescore else sum(bool(ties) for _, ties, _ in runs)
             print(
                 f"  {Path(name).stem} noise {noise}: starts per study {statistics.median(starts):.0f} median, "
                 f"{max(starts)} most; studies that named tied leaders: {named}"

@@ -64,7 +64,7 @@ def main() -> None:
                 assert outcome.time is not None
                 starts.append(outcome.time.starts)
                 measure.append(outcome.time.measure_s)
-                regrets += [r for c in score(outcome, name, seed=seed) for r in (c.regret, c.snippet_regret)]
+                regrets += [r for c in score(outcome.study, name, seed=seed) for r in (c.regret, c.snippet_regret)]
             measuring[way] += sum(measure)
             if "grid" not in way:
                 searched += regrets

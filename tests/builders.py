@@ -220,5 +220,5 @@ def recommendation_of(
         workload=workload, concurrency=level, choice=pick, speculation_off=pick.off, tokens_per_s=rates[pick],
         tokens_per_s_low=rates[pick], tokens_per_s_high=rates[pick], measured_tokens_per_s=seen.get(pick), tied=tied,
         measured=True, gain_over_off=None, gain_over_baseline=None, reason="", candidates=rows, confidence=0.95,
-        draws=1, seed=0,
+        leader_confidence=0.95, draws=1, seed=0,
     )  # fmt: skip

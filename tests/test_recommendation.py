@@ -12,7 +12,7 @@ import pytest
 from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
 from specsweep.analysis.fits import fit_acceptance
-from specsweep.analysis.rates import RateSample
+from specsweep.analysis.rates import RateSample, sample_rates
 from specsweep.analysis.recommendation import _reason, batch_size_table, recommend_draft_length
 from specsweep.analysis.throughput import ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
@@ -204,5 +204,31 @@ def test_a_rival_predicted_faster_than_the_pick_is_said_never_measured_only_wher
         concurrency=1, candidates=(OFF, k3), tokens_per_step=np.array([1.0, 1.5]), step_time_s=1.0 / rates,
         step_time_source=("model", "model"), tokens_per_s=rates, draws=np.tile(rates, (4, 1)),
     )  # fmt: skip
-    text = _reason(sample, 0, [1], [], np.array([0.0, -2.2]), np.array([0.0, 7.1]), 0.95, 0.01, [0, 1], measured)
+    interval = (np.array([0.0, -2.2]), np.array([0.0, 7.1]))
+    text = _reason(sample, 0, [1], [], interval, (0.95, 0.9875), 0.01, [0, 1], measured)
     assert f"0.40 tok/s faster predicted, {said} (95% interval -2.20 to 7.10)" in text
+
+
+def test_the_tied_are_named_at_the_confidence_that_holds_over_every_cell_at_once():
+    """A study names leaders in every cell it reports: at 95% each, one cell in twenty would name a
+    pick alone that is not the best. The tied are named at 1 - 5% / cells (Bonferroni), from the
+    same paired draws: more cells, a wider band, never fewer tied."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for batch in (1, 4):
+        rows += linear_cost_model(TECHNICAL, 0.10, workload="t", batch=batch, noise=0.06, rng=rng, repeats=2)
+    model = fit_throughput_model(rows)
+    acceptance = fit_acceptance(num_drafts=400, accepted_per_position=[round(s * 400) for s in TECHNICAL], k_max=5)
+    sample = sample_rates(model, {DSPARK: acceptance}, concurrency=1, seed=1)
+    named = {}
+    for cells in (1, 4, 40):
+        rec = recommend_draft_length(model, {DSPARK: acceptance}, concurrency=1, workload="t", seed=1, cells=cells)
+        assert rec.leader_confidence == pytest.approx(1 - 0.05 / cells) and rec.confidence == 0.95
+        chosen = sample.candidates.index(rec.choice)
+        shortfall = sample.draws[:, chosen : chosen + 1] - sample.draws
+        point = sample.tokens_per_s[chosen] - sample.tokens_per_s  # the band is widened to hold it
+        low = np.minimum(np.percentile(shortfall, 100 * (0.05 / cells) / 2, axis=0), point)
+        expected = {c for j, c in enumerate(sample.candidates) if j != chosen and low[j] <= 0}
+        assert set(rec.tied) == expected
+        named[cells] = set(rec.tied)
+    assert named[1] <= named[4] <= named[40] and named[1] != named[40]

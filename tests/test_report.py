@@ -397,7 +397,7 @@ def test_the_paste_runs_the_recommendation_even_where_a_tied_leader_measured_fas
     rec = Recommendation(
         workload="w", concurrency=1, choice=k4, speculation_off=False, tokens_per_s=60.0, tokens_per_s_low=57.0,
         tokens_per_s_high=63.0, measured_tokens_per_s=58.2, tied=(k3,), measured=True, gain_over_off=None,
-        gain_over_baseline=None, reason="", candidates=rows, confidence=0.95, draws=1, seed=0,
+        gain_over_baseline=None, reason="", candidates=rows, confidence=0.95, leader_confidence=0.95, draws=1, seed=0,
     )  # fmt: skip
     plan = plan_snippet("w", [rec], {prob: spec(4, "probabilistic")}, max_num_seqs=4)
     assert plan.choice_by_concurrency == {1: k4} and plan.spec.num_speculative_tokens == 4 and not plan.notes

@@ -2,8 +2,9 @@
 
 The candidate with the highest predicted rate wins; predictions use measured points first
 (analysis/throughput.py), so a measured configuration is ranked on what it did. Candidates the
-data cannot tell from the winner (the paired difference's interval reaches 0) are named as tied
-with it: they are what a study measures again, or what it says it could not separate. (An
+data cannot tell from the winner (the paired difference's interval reaches 0, at the confidence
+that holds over every cell the study reports at once: value.leader_confidence) are named as
+tied with it: they are what a study measures again, or what it says it could not separate. (An
 earlier rule took the smallest tied k when it was predicted within 2%: on noisy data that
 traded true losses of up to 3.6% for a saving the data could not show.)
 
@@ -26,7 +27,7 @@ from specsweep.analysis.latency import LatencyLimit
 from specsweep.analysis.positions import band
 from specsweep.analysis.rates import AcceptanceInput, RateSample, sample_rates
 from specsweep.analysis.throughput import ThroughputModel
-from specsweep.analysis.value import pick
+from specsweep.analysis.value import leader_confidence, pick
 from specsweep.errors import FitError
 from specsweep.types import BatchSizeRange
 
@@ -77,7 +78,8 @@ class Recommendation:
     gain_over_baseline: Gain | None
     reason: str
     candidates: tuple[CandidateRate, ...]
-    confidence: float
+    confidence: float  # of the intervals
+    leader_confidence: float  # of the paired differences that name the tied: over every cell at once
     draws: int
     seed: int
 
@@ -98,6 +100,7 @@ def recommend_draft_length(
     tolerance: float = 0.01,
     limit: LatencyLimit | None = None,
     idle: Collection[Candidate] = (),
+    cells: int = 1,
 ) -> Recommendation:
     """Best k and drafter for one workload at one measured concurrency (see the module doc).
 
@@ -105,7 +108,8 @@ def recommend_draft_length(
     than this share faster or slower than the choice is one either of which is fine. ``limit``: a latency
     target; only the candidates it keeps compete (all of them, said in the reason, when it keeps
     none). ``idle``: configurations the engine runs as speculation off (they never draft): not
-    candidates of their own."""
+    candidates of their own. ``cells``: how many cells the study names leaders in at once (the
+    tied are named at value.leader_confidence over them)."""
     sample = sample_rates(
         model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed,
         acceptance_scale=acceptance_scale,
@@ -131,8 +135,10 @@ def recommend_draft_length(
     short_low, short_high = band(shortfall, shortfall_point, confidence)
     rate_low, rate_high = band(sample.draws, sample.tokens_per_s, confidence)
     choice = sample.candidates[chosen]
+    leaders = leader_confidence(cells, confidence)
+    tie_low, tie_high = band(shortfall, shortfall_point, leaders)
     tied = sorted(
-        (j for j in kept if j != chosen and short_low[j] <= 0.0),
+        (j for j in kept if j != chosen and tie_low[j] <= 0.0),
         key=lambda j: -sample.tokens_per_s[j],
     )
     rows = tuple(
@@ -152,8 +158,10 @@ def recommend_draft_length(
     # Within the tolerance both ways: it can be neither more than the tolerance faster nor slower
     # (one that may be far slower is not "either is fine", whoever runs it instead of the choice).
     bound = tolerance * sample.tokens_per_s[chosen]
-    fine = [j for j in tied if -short_low[j] <= bound and short_high[j] <= bound]
-    reason = _reason(sample, chosen, tied, fine, short_low, short_high, confidence, tolerance, kept, measured_here)
+    fine = [j for j in tied if -tie_low[j] <= bound and tie_high[j] <= bound]
+    reason = _reason(
+        sample, chosen, tied, fine, (short_low, short_high), (confidence, leaders), tolerance, kept, measured_here
+    )
     if limit is not None:
         said = "The latency target is not met here" if unmet else "Latency target"
         reason += f" {said}: {limit.describe()}."
@@ -174,6 +182,7 @@ def recommend_draft_length(
         reason=reason,
         candidates=rows,
         confidence=confidence,
+        leader_confidence=leaders,
         draws=draws,
         seed=seed,
     )
@@ -184,14 +193,14 @@ def _reason(
     chosen: int,
     tied: list[int],
     fine: list[int],
-    low: np.ndarray,
-    high: np.ndarray,
-    confidence: float,
+    interval: tuple[np.ndarray, np.ndarray],
+    confidences: tuple[float, float],  # of the intervals, and of the paired differences that name the tied
     tolerance: float,
     kept: list[int],
     measured_here: list[int],
 ) -> str:
     top, rate = sample.candidates[chosen], sample.tokens_per_s
+    (low, high), (confidence, leaders) = interval, confidences
     others = [j for j in kept if j != chosen]
     ahead = [j for j in others if rate[j] > rate[chosen]]
     if ahead:
@@ -214,8 +223,8 @@ def _reason(
     rest = [j for j in tied if j not in fine]
     if rest:
         text += (
-            f"; the data cannot tell it from {_names(sample, rest)} (their paired difference interval includes 0, "
-            f"and reaches beyond {100 * tolerance:g}%)"
+            f"; the data cannot tell it from {_names(sample, rest)} (their paired difference's "
+            f"{100 * leaders:.4g}% interval includes 0, and reaches beyond {100 * tolerance:g}%)"
         )
     return text + (": turn speculation off." if top.off else ".")
 

@@ -210,6 +210,7 @@ def analyze_study(
                     confidence=confidence,
                     draws=draws,
                     seed=seed,
+                    cells=len(workloads) * len(concurrency_levels),
                 )
             )
         recommendations.extend(mine)

@@ -156,6 +156,14 @@ def _cell_value(cell: CellBelief, candidate: Candidate, tolerance: float, observ
     return max(loss_now - loss_after, 0.0)
 
 
+def leader_confidence(cells: int, confidence: float = 0.95) -> float:
+    """The confidence each cell's comparisons are made at so that the leaders a study names hold the
+    true best in all ``cells`` at once with ``confidence`` (Bonferroni over the cells): a study
+    names leaders in every cell it reports, and at 95% each, one cell in twenty would name a pick
+    alone that is not the best. Four cells: 98.75% each."""
+    return 1.0 - (1.0 - confidence) / max(cells, 1)
+
+
 def within_tolerance(
     cell: CellBelief, pick: Candidate, tolerance: float, confidence: float = 0.95
 ) -> tuple[Candidate, ...]:

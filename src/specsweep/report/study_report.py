@@ -96,9 +96,15 @@ RECOMMENDATION_HEADER = (
 def recommendation_header(analysis: StudyAnalysis) -> tuple[str, ...]:
     """The recommendation table's header, its baseline column named by the configuration it is."""
     over = next((r.gain_over_baseline.over for r in analysis.recommendations if r.gain_over_baseline), None)
-    if over is None:
-        return RECOMMENDATION_HEADER
-    return tuple(f"vs {baseline_name(over)}" if h == "vs baseline" else h for h in RECOMMENDATION_HEADER)
+    leaders = next((r.leader_confidence for r in analysis.recommendations), None)
+    tied = RECOMMENDATION_HEADER[-1]
+    if leaders is not None:  # the confidence each cell's ties are named at, so that all cells hold at once
+        tied = f"tied with (the data cannot tell them apart at {100 * leaders:.4g}%)"
+    names = {
+        "vs baseline": f"vs {baseline_name(over)}" if over is not None else "vs baseline",
+        RECOMMENDATION_HEADER[-1]: tied,
+    }
+    return tuple(names.get(h, h) for h in RECOMMENDATION_HEADER)
 
 
 def baseline_name(over: Candidate) -> str:

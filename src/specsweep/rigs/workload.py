@@ -184,6 +184,7 @@ def recommend_with_rig(
         rec = recommend_draft_length(
             model, fits, concurrency=level, workload=timing.workload, baseline=baseline, k_max=top,
             confidence=confidence, draws=draws, seed=seed, acceptance_scale={d: v for d, v in scales.items() if v},
+            cells=len(model.concurrency_levels),
         )  # fmt: skip
         choice = rec.choice
         fit = fits.get(choice.drafter) if choice.drafter is not None else None

@@ -9,7 +9,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from specsweep.analysis.drafters import Candidate
-from specsweep.analysis.value import CellBelief, StartValue, cell_loss, could_be_faster, within_tolerance
+from specsweep.analysis.value import (
+    CellBelief,
+    StartValue,
+    cell_loss,
+    could_be_faster,
+    leader_confidence,
+    within_tolerance,
+)
 from specsweep.tuning.budget import minutes
 
 
@@ -46,7 +53,9 @@ class Leaders:
 
 def ties(cells: Sequence[CellBelief], tolerance: float, values: Mapping[Candidate, StartValue]) -> tuple[Leaders, ...]:
     """Per cell: measured rivals no more than the tolerance apart from the pick (either is fine),
-    and rivals that could be more than the tolerance faster, with what a start of each would buy."""
+    and rivals that could be more than the tolerance faster, with what a start of each would buy;
+    each at the confidence that holds over every cell at once (value.leader_confidence)."""
+    confidence = leader_confidence(len(cells))
     out = []
     for cell in cells:
         pick = cell_loss(cell, tolerance).pick
@@ -54,13 +63,13 @@ def ties(cells: Sequence[CellBelief], tolerance: float, values: Mapping[Candidat
             continue
         where = f"{cell.workload} at concurrency {cell.concurrency}"
         short_where = f"{cell.workload} at {cell.concurrency}"
-        rivals = within_tolerance(cell, pick, tolerance)
+        rivals = within_tolerance(cell, pick, tolerance, confidence)
         if rivals:
             names = ", ".join(c.short_label for c in rivals)
             said = f"{pick.short_label} and {names} are within {100 * tolerance:g}% of each other: either is fine"
             short = f"{short_where}: {pick.short_label}, {names} within {100 * tolerance:g}%: either is fine"
             out.append(Leaders(short=short, line=f"{where}: {said}"))
-        for rival in could_be_faster(cell, pick, tolerance)[:2]:
+        for rival in could_be_faster(cell, pick, tolerance, confidence)[:2]:
             value = values.get(rival.candidate)
             buys = f"; a start of it is expected to buy {100 * value.share:.2f}%" if value is not None else ""
             faster = (
@@ -71,7 +80,7 @@ def ties(cells: Sequence[CellBelief], tolerance: float, values: Mapping[Candidat
                 Leaders(
                     short=f"{short_where}: {rival.candidate.short_label} up to {100 * rival.most:.1f}% faster "
                     f"({chance(rival.chance)} likely >{100 * tolerance:g}%)",
-                    line=f"{where}: {faster} (95% upper end; {likely}){buys}",
+                    line=f"{where}: {faster} ({100 * confidence:.4g}% upper end; {likely}){buys}",
                 )
             )
     return tuple(out)
