@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specsweep.analysis.throughput import ThroughputModel, fit_throughput_model, study_observations
+from specsweep.analysis.step_model import CellKey
+from specsweep.analysis.throughput import ThroughputModel, family_observations, fit_throughput_model
 from specsweep.types import MeasuredConfig, RunNoisePrior
 
 
@@ -45,7 +46,7 @@ class RunNoise:
 def noise_of(model: ThroughputModel, workload: str, prior: RunNoisePrior | None = None) -> RunNoise:
     """The run-to-run noise the step model found."""
     posterior = model.posterior
-    starts_of: dict[tuple[int, int, str, str], set[int]] = {}
+    starts_of: dict[CellKey, set[int]] = {}
     for o in posterior.observations:
         starts_of.setdefault(o.cell.key, set()).add(o.start)
     return RunNoise(
@@ -53,7 +54,7 @@ def noise_of(model: ThroughputModel, workload: str, prior: RunNoisePrior | None 
         relative_sd=posterior.run_sd,
         start_sd=posterior.start_sd,
         starts=len({o.start for o in posterior.observations}),
-        repeated=len({key[1:] for key, starts in starts_of.items() if len(starts) > 1}),
+        repeated=len({key[1:4] for key, starts in starts_of.items() if len(starts) > 1}),
         df=posterior.df,
         prior=prior,
     )
@@ -64,7 +65,7 @@ def run_to_run_noise(
 ) -> RunNoise | None:
     """The run-to-run noise of ``workload`` from the step model of its feasible configurations
     (None: nothing measured)."""
-    observations = study_observations([c for c in configs if c.feasible], workload)
+    observations = family_observations([c for c in configs if c.feasible], workload)
     if not observations:
         return None
     return noise_of(fit_throughput_model(observations, start_prior=prior), workload, prior)

@@ -23,6 +23,7 @@ from specsweep.analysis.step_model import (
     START_PRIOR,
     TAU_PRIOR,
     TAU_PRIOR_WIDTHS_UNKNOWN,
+    CellKey,
     Design,
     StepObservation,
     StepPosterior,
@@ -63,8 +64,10 @@ def fit_step_model(
     shares = [o.drafted_share for o in usable]
     widths = captured_widths
 
+    reads_context = any(o.context_tokens for o in usable)
+
     def fitted(knee: float | None, log_sd: np.ndarray | None = None) -> _Fit:
-        design = design_of([o.cell for o in usable], shares, methods, sampled, widths, knee)
+        design = design_of([o.cell for o in usable], shares, methods, sampled, widths, knee, reads_context)
         tau = TAU_PRIOR_WIDTHS_UNKNOWN if widths.unknown else TAU_PRIOR
         return _fit_components(y, se, z_start, z_cell, design, prior, tau, knee, log_sd)
 
@@ -89,7 +92,7 @@ def fit_step_model(
         candidate = fitted(place)
         if score(candidate) < score(fit):
             fit = candidate
-    share_of: dict[tuple[int, int, str, str], list[float]] = {}
+    share_of: dict[CellKey, list[float]] = {}
     for o in usable:
         share_of.setdefault(o.cell.key, []).append(o.drafted_share)
     return StepPosterior(

@@ -7,13 +7,19 @@ aggregate rate R). Its logarithm is
 
 - ``mu`` is what the step processes, each part at a non-negative cost (theta >= 0):
   ``mu = exp(gamma_m [probabilistic]) * (theta_0 + theta_seq B + theta_ver W + theta_knee (W - h)+
-  + sum_m (theta_draft,m D + theta_pos,m k + theta_fixed,m [k > 0]))``,
+  + sum_m (theta_draft,m D + theta_pos,m k + theta_fixed,m [k > 0])
+  + theta_ctx B C + sum_m (theta_scan,m B C [k > 0] + theta_scan_pos,m B C k))``,
   with W the verified tokens B (k + 1) padded to the smallest width the engine captured a graph
   for (none given: unpadded), D the drafted tokens B k times the share of steps that drafted (a
   drafter that looks its drafts up drafts only where the text matches; its counters say how
   often), and h the knee where a memory-bound step turns compute-bound (chosen by the marginal
   likelihood among the widths measured, or none). Draft costs belong to the drafter's method;
-  the draft sampling scales a step by one factor gamma_m per method.
+  the draft sampling scales a step by one factor gamma_m per method. C is the context level
+  each sequence attends over beyond its workload's own prompt (0: the workload as it is): a
+  step reads each sequence's KV cache once (theta_ctx), and a drafter that scans the context
+  reads it again, once per step or once per draft position. The context parts are in the model
+  only where a study measured a context level; one start's levels at every context share its
+  start effect, so a context adds levels to one fit, not a fit of its own.
 - ``u_start ~ N(0, sigma_start^2)``: every level of one server start moves together (the run-to-run
   noise).
 - ``delta_cell ~ N(0, tau^2)``: what the physics misses at one (concurrency, drafter, k), shared by
@@ -75,31 +81,38 @@ class StepObservation:
     start: int  # the server start it was measured in
     relative_se: float | None = None  # the level's own error from its requests (None: unknown)
     drafted_share: float = 1.0  # share of steps that drafted (a lookup drafter's counters say it)
+    context_tokens: int = 0  # the context level its sequences attend over (0: the workload's own prompt)
 
     @property
     def cell(self) -> Cell:
         off = self.num_speculative_tokens == 0 or self.drafter is None
         return Cell(concurrency=self.concurrency, drafter=None if off else self.drafter,
-                    num_speculative_tokens=0 if off else self.num_speculative_tokens)  # fmt: skip
+                    num_speculative_tokens=0 if off else self.num_speculative_tokens,
+                    context_tokens=self.context_tokens)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, order=True)
 class Cell:
-    """A configuration at one concurrency: what a step time is predicted for."""
+    """A configuration at one concurrency and context level: what a step time is predicted for."""
 
     concurrency: int
     num_speculative_tokens: int
     drafter: Drafter | None = field(default=None, compare=False)
+    context_tokens: int = 0
 
     @property
-    def key(self) -> tuple[int, int, str, str]:
+    def key(self) -> CellKey:
         d = self.drafter
         return (
             self.concurrency,
             self.num_speculative_tokens,
             d.method if d else "",
             d.draft_sample_method if d else "",
+            self.context_tokens,
         )
+
+
+CellKey = tuple[int, int, str, str, int]  # concurrency, k, method, draft sampling, context level
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -124,7 +137,7 @@ class StepPosterior:
     gain: np.ndarray  # (cells, observations): delta's mean as a linear map of the residuals
     observations: tuple[StepObservation, ...]
     log_times: np.ndarray
-    drafted_share: dict[tuple[int, int, str, str], float]
+    drafted_share: dict[CellKey, float]
     df: int  # observations beyond the parameters of the mean
     spread_df: float = math.inf  # what sigma_start is known with: draws are Student-t on these degrees of freedom
 
@@ -149,6 +162,11 @@ class StepPosterior:
         little beside the levels' own error, the draws are all but normal."""
         share = self.start_sd**2 / max(self.run_sd**2, 1e-300)
         return math.inf if math.isinf(self.spread_df) or share <= 0 else min(self.spread_df / share**2, 1e6)
+
+    @property
+    def reads_context(self) -> bool:
+        """The study measured a context level: the model has its context parts."""
+        return any(o.context_tokens for o in self.observations)
 
     def measured(self, cell: Cell) -> bool:
         return any(c.key == cell.key for c in self.cells)
@@ -207,18 +225,20 @@ class StepPosterior:
     def _design(self, cells: Sequence[Cell], shares: Sequence[float] | None = None) -> Design:
         if shares is None:
             shares = [self.share(c) for c in cells]
-        return design_of(cells, shares, self.methods, self.sampled_methods, self.captured_widths, self.knee)
+        return design_of(
+            cells, shares, self.methods, self.sampled_methods, self.captured_widths, self.knee, self.reads_context
+        )
 
     def share(self, cell: Cell) -> float:
         """The share of a cell's steps that draft: as measured there, else as measured at the same
-        drafter's nearest draft length (at this concurrency first), else every step."""
+        drafter's nearest draft length (at this concurrency and context first), else every step."""
         if cell.key in self.drafted_share:
             return self.drafted_share[cell.key]
-        _, k, method, sampling = cell.key
-        mine = [(key, v) for key, v in self.drafted_share.items() if key[2:] == (method, sampling) and key[1] > 0]
+        _, k, method, sampling, context = cell.key
+        mine = [(key, v) for key, v in self.drafted_share.items() if key[2:4] == (method, sampling) and key[1] > 0]
         if not mine:
             return 1.0
-        nearest = min(mine, key=lambda kv: (kv[0][0] != cell.concurrency, abs(kv[0][1] - k)))
+        nearest = min(mine, key=lambda kv: (kv[0][0] != cell.concurrency, kv[0][4] != context, abs(kv[0][1] - k)))
         return nearest[1]
 
 
@@ -252,10 +272,13 @@ def design_of(
     sampled_methods: Sequence[str],
     widths: CapturedWidths,
     knee: float | None,
+    reads_context: bool = False,
 ) -> Design:
     """Per step: 1 (the weights read), B (each sequence's own work), the tokens verified beyond one
     per sequence with the padding to a captured width (B k times the share of steps that drafted),
-    the hinge above the knee, and per method the draft positions run and whether the step drafts."""
+    the hinge above the knee, and per method the draft positions run and whether the step drafts;
+    with ``reads_context``, the context tokens read (B C), and per method those a drafter that
+    scans the context reads again (B C where the step drafts, B C k once per draft position)."""
     rows, flags = [], []
     for cell, share in zip(cells, shares, strict=True):
         b, k = cell.concurrency, cell.num_speculative_tokens
@@ -264,6 +287,12 @@ def design_of(
         for m in methods:
             on = cell.drafter is not None and cell.drafter.method == m and k > 0
             row += [float(k), 1.0] if on else [0.0, 0.0]
+        if reads_context:
+            read = float(b * cell.context_tokens)
+            row.append(read)
+            for m in methods:
+                on = cell.drafter is not None and cell.drafter.method == m and k > 0
+                row += [read, read * k] if on else [0.0, 0.0]
         rows.append(row)
         flags.append(
             [1.0 if cell.drafter is not None and k > 0 and cell.drafter.method == m

@@ -31,7 +31,7 @@ from specsweep.analysis.positions import lend_positions
 from specsweep.analysis.rates import RatePrediction, predict_throughput
 from specsweep.analysis.recommendation import Recommendation, recommend_draft_length
 from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
-from specsweep.analysis.throughput import ThroughputModel, fit_throughput_model, study_observations
+from specsweep.analysis.throughput import ThroughputModel, family_observations, fit_throughput_model
 from specsweep.config import DRAFT_SAMPLE_METHODS
 from specsweep.errors import FitError
 from specsweep.types import (
@@ -42,6 +42,7 @@ from specsweep.types import (
     SpeculativeConfig,
     StudySettings,
 )
+from specsweep.workload import parse_context_variant
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,10 +86,14 @@ def model_workload(
     are padded to the ``captured_widths`` the server said it captured graphs for."""
     feasible = [c for c in configs if c.feasible]
     acceptance = drafter_acceptance(feasible, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed)
-    observations = study_observations(feasible, workload)
-    if not observations:
+    # one fit over the workload at every context level it was measured at, read at its own
+    observations = family_observations(feasible, workload)
+    context = parse_context_variant(workload)[1] or 0
+    if not any(o.context_tokens == context for o in observations):
         return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=None)
-    throughput = fit_throughput_model(observations, start_prior=noise_prior, captured_widths=captured_widths)
+    throughput = fit_throughput_model(
+        observations, start_prior=noise_prior, captured_widths=captured_widths, context_tokens=context
+    )
     noise = noise_of(throughput, workload, noise_prior)
     return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput, noise=noise)
 

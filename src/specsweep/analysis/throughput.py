@@ -7,11 +7,14 @@ the drafter and what the step processes, not on the text (a drafter that looks i
 drafts only where the text matches: its share of drafting steps enters what the step processes).
 Every observation of a study, at every concurrency, of every drafter and start, is fitted by the
 one step model (analysis/step_model.py); a workload's acceptance then turns T into its rate:
-R(k, B) = B * E_w(k) / T(k, B) (analysis/rates.py).
+R(k, B) = B * E_w(k) / T(k, B) (analysis/rates.py). A workload measured at context levels
+(``W@16k``) is one fit with the workload as it is: its levels differ by the context each sequence
+attends over, a covariate of the step (``context_tokens``), and share their starts.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -24,6 +27,7 @@ from specsweep.analysis.step_fit import fit_step_model
 from specsweep.analysis.step_model import Cell, StepObservation, StepPosterior
 from specsweep.errors import FitError
 from specsweep.types import CapturedWidths, MeasuredConfig, RunNoisePrior
+from specsweep.workload import parse_context_variant
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +44,7 @@ class ThroughputObservation:
     start: int = 0  # the server start it was measured in (a trial)
     relative_se: float | None = None  # the level's own error from its requests' spread
     drafted_share: float = 1.0  # share of decode steps that drafted (a lookup drafter's counters say it)
+    context_tokens: int = 0  # the workload's context level (0: as it is)
 
     @property
     def step_time_s(self) -> float:
@@ -55,6 +60,7 @@ class ThroughputObservation:
 def study_observations(configs: Sequence[MeasuredConfig], workload: str) -> list[ThroughputObservation]:
     """Every measured level of one workload as a throughput observation (a per-batch-size table
     gives each level the k it ran). The search and the report both build their model from these."""
+    context = parse_context_variant(workload)[1] or 0
     out = []
     for config in configs:
         for concurrency, row in config.results.get(workload, {}).items():
@@ -82,27 +88,39 @@ def study_observations(configs: Sequence[MeasuredConfig], workload: str) -> list
                     start=config.trial,
                     relative_se=row.relative_se,
                     drafted_share=share,
+                    context_tokens=context,
                 )
             )
     return out
 
 
-def cell_of(candidate: Candidate, concurrency: int) -> Cell:
-    """The step model's cell of a candidate at a concurrency."""
+def family_observations(configs: Sequence[MeasuredConfig], workload: str) -> list[ThroughputObservation]:
+    """Every measured level of ``workload`` and of the same workload at every other context level
+    it was measured at (``W``, ``W@16k``, ...): what one step model is fitted over."""
+    base = parse_context_variant(workload)[0]
+    names = sorted({w for c in configs for w in c.results if parse_context_variant(w)[0] == base} | {workload})
+    return [o for name in names for o in study_observations(configs, name)]
+
+
+def cell_of(candidate: Candidate, concurrency: int, context_tokens: int = 0) -> Cell:
+    """The step model's cell of a candidate at a concurrency and context level."""
     return Cell(
         concurrency=concurrency,
         num_speculative_tokens=0 if candidate.off else candidate.num_speculative_tokens,
         drafter=None if candidate.off else candidate.drafter,
+        context_tokens=context_tokens,
     )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThroughputModel:
-    """The one step model of a study's levels, and the observations behind it."""
+    """The one step model of a study's levels, and the observations behind it, read at one context
+    level (the workload's: its predictions are at it)."""
 
     posterior: StepPosterior
     observations: tuple[ThroughputObservation, ...]
-    concurrency_levels: tuple[int, ...]
+    concurrency_levels: tuple[int, ...]  # measured at this context level
+    context_tokens: int = 0
 
     @property
     def pooled_relative_sd(self) -> float:
@@ -112,14 +130,15 @@ class ThroughputModel:
     def step_time_s(self, candidate: Candidate, concurrency: int) -> tuple[float, str]:
         """Point step time of a candidate and where it comes from: "measured" (the model with its
         measured deviation there) or "model" (the physics alone)."""
-        cell = cell_of(candidate, concurrency)
+        cell = cell_of(candidate, concurrency, self.context_tokens)
         return self.posterior.mean_s(cell), "measured" if self.posterior.measured(cell) else "model"
 
     def step_time_draws(
         self, candidates: Sequence[Candidate], concurrency: int, *, draws: int, rng: np.random.Generator
     ) -> np.ndarray:
         """Joint draws of the step time of each candidate at a concurrency, (draws, len(candidates))."""
-        return self.posterior.draws([cell_of(c, concurrency) for c in candidates], draws=draws, rng=rng)
+        cells = [cell_of(c, concurrency, self.context_tokens) for c in candidates]
+        return self.posterior.draws(cells, draws=draws, rng=rng)
 
     def measured_tokens_per_s(self, candidate: Candidate, *, concurrency: int, workload: str) -> float | None:
         """Mean measured rate of one configuration for a workload at a concurrency, if measured."""
@@ -132,7 +151,7 @@ class ThroughputModel:
 
     def drafted_share(self, candidate: Candidate, concurrency: int) -> float:
         """The share of a candidate's steps that draft, as the step model has it (1: every step)."""
-        return 0.0 if candidate.off else self.posterior.share(cell_of(candidate, concurrency))
+        return 0.0 if candidate.off else self.posterior.share(cell_of(candidate, concurrency, self.context_tokens))
 
     @property
     def basis(self) -> str:
@@ -163,8 +182,10 @@ def fit_throughput_model(
     *,
     start_prior: RunNoisePrior | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
+    context_tokens: int = 0,
 ) -> ThroughputModel:
-    """The one step model from measured rates. FitError when nothing is usable."""
+    """The one step model from measured rates, read at ``context_tokens`` (the model's own levels
+    are those measured there). FitError when nothing is usable."""
     for o in observations:
         values = (o.output_tokens_per_s, o.tokens_per_step, o.weight)
         if o.concurrency < 1 or o.num_speculative_tokens < 0 or not all(math.isfinite(v) and v > 0 for v in values):
@@ -183,15 +204,26 @@ def fit_throughput_model(
             start=o.start,
             relative_se=o.relative_se,
             drafted_share=o.drafted_share,
+            context_tokens=o.context_tokens,
         )
         for o in observations
     ]
-    posterior = fit_step_model(steps, start_prior=start_prior, captured_widths=captured_widths)
+    posterior = _fitted(tuple(steps), start_prior, captured_widths)
     return ThroughputModel(
         posterior=posterior,
         observations=tuple(observations),
-        concurrency_levels=tuple(sorted({o.concurrency for o in observations})),
+        concurrency_levels=tuple(sorted({o.concurrency for o in observations if o.context_tokens == context_tokens})),
+        context_tokens=context_tokens,
     )
+
+
+@functools.lru_cache(maxsize=16)
+def _fitted(
+    steps: tuple[StepObservation, ...], start_prior: RunNoisePrior | None, captured_widths: CapturedWidths
+) -> StepPosterior:
+    """The step model of these levels, fitted once: every context level of a workload reads the
+    same fit (the fit is deterministic and its posterior immutable)."""
+    return fit_step_model(steps, start_prior=start_prior, captured_widths=captured_widths)
 
 
 def part_names(posterior: StepPosterior) -> list[str]:
@@ -201,6 +233,10 @@ def part_names(posterior: StepPosterior) -> list[str]:
         names.append(f"verified token past {posterior.knee:g}")
     for method in posterior.methods:
         names += [f"{method} draft position", f"{method} drafting step"]
+    if posterior.reads_context:
+        names.append("context token read")
+        for method in posterior.methods:
+            names += [f"{method} context scan", f"{method} context scan per position"]
     return names
 
 
