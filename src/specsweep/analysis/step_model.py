@@ -175,10 +175,8 @@ class StepPosterior:
             np.zeros(params.size), self.covariance, size=draws, method="eigh"
         )
         p = self.theta.size
-        theta, gamma = (
-            np.maximum(sampled[:, :p], 0.0) / self.scale,
-            sampled[:, p:],
-        )  # no part of a step costs less than nothing
+        theta = np.maximum(sampled[:, :p], 0.0) / self.scale  # no part of a step costs less than nothing
+        gamma = sampled[:, p:]
         design_obs = self._design([o.cell for o in self.observations], [o.drafted_share for o in self.observations])
         # each draw's residuals give each measured cell's deviation (its mean), plus its own spread
         mu_obs = np.log(np.maximum(mu_draws(design_obs, theta, gamma), 1e-12))
