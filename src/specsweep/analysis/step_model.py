@@ -179,12 +179,12 @@ class StepPosterior:
         gamma = sampled[:, p:]
         design_obs = self._design([o.cell for o in self.observations], [o.drafted_share for o in self.observations])
         # each draw's residuals give each measured cell's deviation (its mean), plus its own spread
-        mu_obs = np.log(np.maximum(mu_draws(design_obs, theta, gamma), 1e-12))
+        mu_obs = np.log(np.maximum(mu(design_obs, theta, gamma), 1e-12))
         dev = np.zeros((draws, len(self.cells)))
         if self.cells:
             dev = (self.log_times[None, :] - mu_obs) @ self.gain.T
             dev += wide[:, None] * (rng.standard_normal((draws, len(self.cells))) @ _sqrt_psd(self.deviation_cov).T)
-        out = mu_draws(self._design(cells), theta, gamma)
+        out = mu(self._design(cells), theta, gamma)
         fresh = rng.standard_normal((draws, len(cells))) * self.cell_sd  # the physics miss: not the starts
         for j, cell in enumerate(cells):
             index = self._cell_index(cell)
@@ -227,13 +227,8 @@ class Design:
 
 
 def mu(design: Design, theta: np.ndarray, gamma: np.ndarray) -> np.ndarray:
-    """The step time each row of the design takes at costs ``theta`` and factors ``gamma``."""
-    out: np.ndarray = (design.features @ theta) * np.exp(design.sampled @ gamma)
-    return out
-
-
-def mu_draws(design: Design, theta: np.ndarray, gamma: np.ndarray) -> np.ndarray:
-    """mu for each row of ``theta`` and ``gamma`` (draws): shape (draws, steps)."""
+    """The step time each row of the design takes at costs ``theta`` and factors ``gamma``; given
+    a row of them per draw, shape (draws, steps)."""
     out: np.ndarray = (theta @ design.features.T) * np.exp(gamma @ design.sampled.T)
     return out
 
