@@ -1,8 +1,12 @@
 """S_1..S_kmax of an acceptance fit: its point, its joint draws and its bands per draft length,
 and the positions a drafter borrows from its other draft sampling.
 
-Up to the last measured position K the point is the measured rate; beyond it the chosen curve
-carries S_K on (``fits`` says how each part is drawn).
+Up to the last measured position K the point is the measured rate (E(k) needs no model there);
+beyond it the chosen curve carries S_K on, S_k = S_K p_(K+1) ... p_k, so predictions never rise.
+Bands come from joint draws: measured positions by a parametric bootstrap of the counts (n_0 /
+design effect steps resampled binomially), the curve's by its parameters drawn from the normal
+approximation at the optimum, so they widen past the measured range; a percentile band is
+widened to hold the point where skew would leave it outside.
 
 **Borrowed positions** (docs/math.md states the model and its prior). The two draft samplings
 of one method run the same drafter against the same target, so their conditional rates differ by
