@@ -22,17 +22,13 @@ aggregate rate R). Its logarithm is
 - ``eps ~ N(0, se_i^2)``: the level's own measurement error from its requests' spread (not known:
   the engine's usual noise).
 
-Priors (stated in docs/math.md): sigma_start is scaled-inverse-chi-square at the engine's usual
-run noise (``RunNoisePrior``); tau at ``TAU_PRIOR`` (1%: what the physics, the captured widths
-included, misses on every rig's noise-free truth, 0.86% root-mean-square at most; 2% where the
-server captured graphs at widths not known, ``TAU_PRIOR_WIDTHS_UNKNOWN``); gamma_m
-normal at 0 with sd ``GAMMA_PRIOR_SD``; theta a weak ridge that only pins directions the data
-leave free. Variance components maximise the restricted
-marginal likelihood times their priors; theta and gamma are then the generalised least squares
-fit given them, with their covariance from its Hessian (a Laplace approximation). Draws of a
-step time draw theta and gamma, then each measured cell's deviation given the residuals, and an
-unmeasured cell's from N(0, tau^2); Student-t rather than normal, on the degrees of freedom
-sigma_start is known with (the criterion's curvature), since a few starts estimate it.
+Priors (docs/math.md; each figure beside its constant below): sigma_start scaled-inverse-chi-square
+at the engine's usual run noise (``RunNoisePrior``), tau at ``TAU_PRIOR`` (or
+``TAU_PRIOR_WIDTHS_UNKNOWN``), gamma_m normal at 0, theta a weak ridge that only pins directions
+the data leave free. Variance components maximise the restricted marginal likelihood times their
+priors; theta and gamma are then the generalised least squares fit given them, with their
+covariance from its Hessian (a Laplace approximation). Draws (``StepPosterior.draws``) are
+Student-t, since a few starts estimate sigma_start.
 
 Its fit: analysis/step_fit.py. Pure: no I/O.
 """
