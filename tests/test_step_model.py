@@ -338,7 +338,7 @@ def test_the_noise_is_the_models_start_effect_and_names_what_it_rests_on() -> No
     observations = [observe(k, b, start=i, rng=rng, noise=0.04) for i, k in enumerate((0, 1, 3, 5, 3)) for b in (1, 4)]
     model = fit_throughput_model(observations)
     noise = noise_of(model, "prose")
-    assert noise.relative_sd == pytest.approx(model.pooled_relative_sd) and noise.start_sd == model.posterior.start_sd
+    assert noise.relative_sd == pytest.approx(model.posterior.run_sd) and noise.start_sd == model.posterior.start_sd
     assert noise.starts == 5 and noise.repeated == 1 and "the step model over 5 starts" in noise.basis
 
 

@@ -3,17 +3,14 @@ context in tokens.
 
 A study with context levels (``measure.context``) measures each workload W again as ``W@16k``,
 ``W@64k`` (workload.context_variant_name), and recommends for each (context, concurrency) cell
-as for any workload. No released engine takes a k per context (vLLM's
-``num_speculative_tokens_per_seq_len`` is a proposal only, docs/engines.md), so W's paste is one
-per-batch-size choice for every context: at each concurrency, of the candidates the study
-measured there at every context, the one whose predicted rate, averaged over the contexts with
-the study's weights, is highest. The weights are the objective's (tuning/workloads.py): the
-plain workload 1 - ``measure.context_weight``, each level its even part of the rest; when the
-levels weigh 0 (the default) every context weighs the same, and the paste says so. Each context
-says what it gives up: its predicted shortfall against its own pick at each concurrency.
+as for any workload. No released engine takes a k per context (docs/engines.md), so W's paste is
+one per-batch-size choice for every context: at each concurrency, of the candidates measured
+there at every context, the one fastest predicted over the contexts weighed as the objective
+weighs them (tuning/workloads.py; evenly where the levels weigh 0, and the paste says so). Each
+context says what it gives up against its own pick (docs/workloads.md has the rules). The
+predictions are the recommendations' candidate rows, so the mix adds no fit of its own.
 
-The predictions are the recommendations' candidate rows (the model's point predictions), so
-the mix adds no fit of its own. Pure: no I/O.
+Pure: no I/O.
 """
 
 from __future__ import annotations

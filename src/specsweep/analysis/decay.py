@@ -14,12 +14,9 @@ needs no constraints and a normal approximation around the optimum is sensible) 
                    so p_i = (alpha + i - 1) / (alpha + beta + i - 1)
 
 The beta-geometric runs on (mean, size) rather than (alpha, beta): its geometric limit is
-c -> infinity at fixed m, one parameter on its bound rather than two drifting together.
-
-The exponential model is a decay: g lies in (0, 1), so p_i never rises. Curves that rise with
-position (a mix of easy and hard contexts) are the logistic (b1 > 0) and beta-geometric
-models' job; a rising exponential would reach p = 1 and extrapolate as if the drafter never
-missed again.
+c -> infinity at fixed m, one parameter on its bound rather than two drifting together. The
+exponential never rises (g < 1): a rising one would reach p = 1 and extrapolate as if the drafter
+never missed again; curves that rise (easy and hard contexts mixed) are the other two's job.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Acceptance decay fits from per-position counts, with intervals and predictions for every k.
 
 From one measurement at the largest k (n_0 = num_drafts, n_i = accepted_per_position[i-1]):
-
-- each curve family in ``decay`` fitted by maximum likelihood on its unconstrained
-  parameters, with log-likelihood, AIC and Akaike weight; the model with the lowest AIC is
-  chosen and the choice explained. The saturated model (p_i free per position) is reported
-  beside them: it cannot extrapolate, but a much lower AIC says no curve follows every position;
-- Wilson intervals for S_i and p_i per position, widened by an optional design effect;
-- S_k and E(k) = 1 + S_1 + ... + S_k for k = 1..k_max. Up to the last measured position the
-  point is the measured rate (E(k) needs no model there). Beyond it the chosen curve carries
-  the last measured S on: S_k = S_K p_(K+1) ... p_k, so predictions never rise.
-
-Bands come from joint draws (``per_position_draws``): measured positions by a parametric
-bootstrap of the counts (steps resampled binomially, with n_0 / design effect of them),
-extrapolated positions by drawing the chosen curve's parameters from the normal approximation
-at the optimum (inverse Hessian, times the design effect). Parameter uncertainty compounds with
-every extra position, so bands widen past the measured range. Percentile bands are widened to
-hold the point estimate where skew would leave it outside.
+each curve family in ``decay`` fitted by maximum likelihood on its unconstrained parameters and
+ranked by AIC (the lowest chosen, the choice explained), with the saturated model (p_i free per
+position) beside them: it cannot extrapolate, but a much lower AIC says no curve follows every
+position; Wilson intervals per position (``intervals``), widened by an optional design effect;
+and S_k, E(k) with bands for k = 1..k_max (``positions``). A curve's parameter covariance is the
+inverse Hessian at the optimum, times the design effect. docs/math.md states each step.
 """
 
 from __future__ import annotations

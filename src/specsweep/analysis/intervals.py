@@ -18,13 +18,6 @@ from scipy.stats import norm
 from specsweep.analysis.acceptance import conditional_from_unconditional
 
 
-def design_effect(steps_per_request: float, intra_request_correlation: float) -> float:
-    """1 + (m - 1) rho: how many clustered steps count as one independent step."""
-    if steps_per_request < 1 or not 0.0 <= intra_request_correlation <= 1.0:
-        raise ValueError("need m >= 1 steps per request and 0 <= rho <= 1")
-    return 1.0 + (steps_per_request - 1.0) * intra_request_correlation
-
-
 def z_value(confidence: float) -> float:
     """The two-sided normal quantile for ``confidence`` (1.96 at 0.95)."""
     if not 0.0 < confidence < 1.0:

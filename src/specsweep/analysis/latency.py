@@ -53,8 +53,6 @@ def itl_limit(configs: Sequence[MeasuredConfig], workload: str, concurrency: int
         within = [c.num_speculative_tokens for c, p99 in mean.items() if c.drafter == drafter and p99 <= limit_s]
         beyond = [c.num_speculative_tokens for c, p99 in mean.items() if c.drafter == drafter and p99 > limit_s]
         keep = max(within, default=0)
-        if beyond:
-            keep = min(keep, min(beyond) - 1)
-        longest[drafter] = keep
+        longest[drafter] = min(keep, min(beyond, default=keep + 1) - 1)
     off = mean.get(OFF)
     return LatencyLimit(limit_s=limit_s, longest=longest, off_kept=off is None or off <= limit_s, over=tuple(over))

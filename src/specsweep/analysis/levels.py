@@ -249,13 +249,9 @@ def acceptance_by_subcategory(
 def tokens_per_step(
     mean_acceptance_length: float | None, num_drafts: float | None, completion_tokens: Sequence[float]
 ) -> float | None:
-    """Tokens per decode step over every step, drafted or not.
-
-    The counters' mean acceptance length, 1 + accepted / drafts, is per drafting step. Drafters
-    that draft only sometimes (n-gram lookup drafts where the text repeats) leave other steps
-    undrafted; each step emits one token plus its accepted drafts, so the requests' M - 1 decode
-    tokens took (M - 1) - accepted steps in all.
-    """
+    """Tokens per decode step over every step, drafted or not: the counters' mean acceptance length
+    is per drafting step, and the requests' M - 1 decode tokens took (M - 1) - accepted steps in
+    all (a lookup drafter leaves the steps where the text did not match undrafted)."""
     if not mean_acceptance_length or not num_drafts:
         return None
     accepted = (float(mean_acceptance_length) - 1.0) * float(num_drafts)

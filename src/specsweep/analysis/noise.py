@@ -1,10 +1,9 @@
 """Run-to-run noise: how much one configuration's measured rate moves from one server start to the next.
 
 It is a part of the one step model (analysis/step_model.py), not an estimate beside it: the
-start effect sigma_start, which every level of one start shares, fitted with the rest of the
-model over every level of every start, and drawn toward the engine's usual noise (a
-``RunNoisePrior``) as far as the study's own starts do not outweigh it. What one measurement of a
-configuration varies by is that and the level's own error from its requests' spread together
+start effect sigma_start, shared by every level of one start, fitted with the rest of the model
+and drawn toward the engine's usual noise (a ``RunNoisePrior``) as far as the study's own starts
+do not outweigh it, together with the level's own error from its requests' spread
 (``StepPosterior.run_sd``). The search, adaptive stopping and the report read this one figure.
 
 Pure: no I/O.

@@ -1,29 +1,24 @@
 """S_1..S_kmax of an acceptance fit: its point, its joint draws and its bands per draft length,
 and the positions a drafter borrows from its other draft sampling.
 
-Up to the last measured position K the point is the measured rate; beyond it the chosen curve
-carries S_K on (``fits`` says how each part is drawn).
+Up to the last measured position K the point is the measured rate (E(k) needs no model there);
+beyond it the chosen curve carries S_K on, S_k = S_K p_(K+1) ... p_k, so predictions never rise.
+Bands come from joint draws: measured positions by a parametric bootstrap of the counts (n_0 /
+design effect steps resampled binomially), the curve's by its parameters drawn from the normal
+approximation at the optimum, so they widen past the measured range; a percentile band is
+widened to hold the point where skew would leave it outside.
 
-**Borrowed positions.** The two draft samplings of one method draft from the same drafter and
-are verified by the same target, so their acceptance differs by how the drafted token is picked,
-not by where the draft loses the target. The model: along the draft, the conditional rates of
-the two differ by one shift on the logit scale,
+**Borrowed positions** (docs/math.md states the model and its prior). The two draft samplings
+of one method run the same drafter against the same target, so their conditional rates differ by
+one shift on the logit scale,
 
     logit p_i(this) = logit p_i(other) + shift + e_i,    e_i ~ N(0, departure^2) per position,
 
-where the other draft sampling was measured at more positions (the search measures one of them
-at its largest k). Positions K+1.. then take the other's rates (measured up to its own K, its
-curve beyond) moved by the shift, instead of this drafter's own curve carried past its data.
-
-- ``shift`` is fitted by maximum likelihood to this drafter's counts at positions 1..K, with the
-  other's rates there held at their measured values; its variance adds the other's own
-  sampling variance at those positions, weighted as the fit weighs them.
-- ``departure`` is estimated from how far the counts at 1..K stray from one shift (the Pearson
-  chi-square past its degrees of freedom, per unit of Fisher information), and never below
-  ``DEPARTURE_PRIOR``: 0.1 on the logit scale (2.5 points of acceptance at p = 0.5), a prior
-  that keeps a borrowed position less certain than a measured one when K is too small to test
-  the shape. A shape that does not hold shows as a large departure, which widens the borrowed
-  positions' band until a start measures them.
+and where the other was measured at more positions, positions K+1.. take its rates (measured up
+to its own K, its curve beyond) moved by the shift, instead of this drafter's own curve carried
+past its data. ``shift`` is fitted by maximum likelihood at positions 1..K, its variance with the
+other's sampling variance there; ``departure`` from how far those counts stray from one shift,
+never below ``DEPARTURE_PRIOR``, so a borrowed position stays less certain than a measured one.
 """
 
 from __future__ import annotations
@@ -79,8 +74,7 @@ def lend_positions(fit: AcceptanceFit, lender: AcceptanceFit) -> AcceptanceFit:
         return fit
     counts = np.asarray([fit.num_drafts, *fit.accepted_per_position], dtype=float) / fit.design_effect
     reached, accepted = counts[:-1], counts[1:]
-    lender_counts = np.asarray([lender.num_drafts, *lender.accepted_per_position], dtype=float)
-    lender_counts = lender_counts / lender.design_effect
+    lender_counts = np.asarray([lender.num_drafts, *lender.accepted_per_position], dtype=float) / lender.design_effect
     base = logit(np.clip(np.nan_to_num(saturated_conditional(lender_counts)[:own], nan=0.0), _CLIP, 1 - _CLIP))
 
     def minus_log_likelihood(shift: float) -> float:

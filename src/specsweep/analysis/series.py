@@ -1,13 +1,11 @@
 """Metric series over time: counter growth per interval (resets handled) and gauge samples, from a
 sequence of snapshots: a live poll of /metrics, or a Prometheus range turned into snapshots.
 
-Counters. Each series (one sample name and one label set) grows from one snapshot to the next
-by the difference of its values. A series whose value fell, or whose ``_created`` sample
-changed, restarted from zero (the server restarted): its growth is its new value. A series that
-first shows up after the first snapshot started from zero too (a new server, or a labelled
-counter's first use), unless its ``_created`` time says it existed before the first snapshot.
-Growth is summed over label sets: data-parallel engines, several model names, several
-instances. Per-position counters are summed per ``position``.
+Counters (docs/watch.md#the-estimates). Each series (one sample name and one label set) grows
+by the difference of its values; one whose value fell or whose ``_created`` sample changed
+restarted from zero, and one that first shows up after the first snapshot started from zero
+unless its ``_created`` time says it existed before. Growth is summed over label sets,
+per-position counters per ``position``.
 
 Gauges. Every snapshot's value of each label set is one sample, standing for the time since the
 previous snapshot. Each label set is a batch of its own (a data-parallel engine, an instance), so

@@ -1,12 +1,10 @@
 """The configuration to paste for one workload: the recommendation of every concurrency level.
 
-Per level the recommended candidate is taken when it was measured there; a candidate the study
-never ran is an untested extrapolation: the level takes its best measured candidate instead,
-and the untested one is named beside it. The paste is one spec config, so where levels want
-different drafters (another method, or greedy against probabilistic drafting) only one of them
-can run: the one whose per-level best costs least over all levels, with each level's cost
-named. vLLM's ``num_speculative_tokens_per_batch_size`` (or SGLang's adaptive config) then
-carries each level's k (0 for speculation off) up to the server's ``max_num_seqs``.
+Per level the recommended candidate where it was measured there, else (an untested
+extrapolation, named beside it) the level's best measured one. One spec config runs one drafter:
+where levels want different ones, the one whose per-level best costs least over all levels, each
+level's cost named (docs/analysis.md). vLLM's ``num_speculative_tokens_per_batch_size`` (or
+SGLang's adaptive config) then carries each level's k (0: off) up to the server's ``max_num_seqs``.
 
 A paste for another engine than the one measured (``recommend --format sglang`` of a vLLM study)
 is chosen from what that engine runs: SGLang drafts with the draft's top token, as llama.cpp's

@@ -62,13 +62,12 @@ def fit_step_model(
     keys = [c.key for c in cells]
     z_cell = np.array([[1.0 if o.cell.key == key else 0.0 for key in keys] for o in usable])
     shares = [o.drafted_share for o in usable]
-    widths = captured_widths
 
     reads_context = any(o.context_tokens for o in usable)
 
     def fitted(knee: float | None, log_sd: np.ndarray | None = None) -> _Fit:
-        design = design_of([o.cell for o in usable], shares, methods, sampled, widths, knee, reads_context)
-        tau = TAU_PRIOR_WIDTHS_UNKNOWN if widths.unknown else TAU_PRIOR
+        design = design_of([o.cell for o in usable], shares, methods, sampled, captured_widths, knee, reads_context)
+        tau = TAU_PRIOR_WIDTHS_UNKNOWN if captured_widths.unknown else TAU_PRIOR
         return _fit_components(y, se, z_start, z_cell, design, prior, tau, knee, log_sd)
 
     def score(fit: _Fit) -> float:  # two more parameters with a knee, its place and slope (AIC)
@@ -79,7 +78,7 @@ def fit_step_model(
     # their neighbours, and fitted whole.
     fit = fitted(None)
     at = np.log([fit.start_sd, fit.cell_sd])
-    places = [knee for knee in _knees(usable, widths) if knee is not None]
+    places = [knee for knee in _knees(usable, captured_widths) if knee is not None]
     for start in sorted(places, key=lambda knee: score(fitted(knee, at)))[:2]:
         place, i = start, places.index(start)
         low, high = places[max(i - 1, 0)], places[min(i + 1, len(places) - 1)]
@@ -98,7 +97,7 @@ def fit_step_model(
     return StepPosterior(
         methods=methods,
         sampled_methods=sampled,
-        captured_widths=widths,
+        captured_widths=captured_widths,
         knee=fit.knee,
         theta=fit.theta,
         gamma=fit.gamma,
@@ -175,15 +174,16 @@ def _fit_components(
     def objective(log_sd: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, float]:
         # restricted (the mean's information in), and plain marginal: only the plain one compares means
         v = covariance(log_sd)
-        params, info, _ = _gls(y, v, design, scale, warm[-1] if warm else None)
+        params, info, unscale = _gls(y, v, design, scale, warm[-1] if warm else None)
         warm.append(params)
         resid = y - np.log(np.maximum(mu(design, params[:p] / scale, params[p:]), 1e-12))
         _, logdet = np.linalg.slogdet(v)
-        _, logdet_info = np.linalg.slogdet(info / np.outer(*(2 * [np.concatenate([scale, np.ones(params.size - p)])])))
+        scaled_info = info / np.outer(unscale, unscale)  # of (theta * scale, gamma): well conditioned
+        _, logdet_info = np.linalg.slogdet(scaled_info)
         value = 0.5 * (resid @ np.linalg.solve(v, resid) + logdet)
         for sd, belief in ((math.exp(log_sd[0]), prior), (math.exp(log_sd[1]), tau_prior)):
             value -= _log_scaled_inv_chi2(sd, belief)
-        return float(value + 0.5 * logdet_info), params, info, float(value)
+        return float(value + 0.5 * logdet_info), params, scaled_info, float(value)
 
     def criterion(z: np.ndarray) -> float:
         return objective(np.clip(z, math.log(1e-4), 0.0))[0]
@@ -196,7 +196,7 @@ def _fit_components(
         )  # fmt: skip
         log_sd = result.x
     log_sd = np.clip(log_sd, math.log(1e-4), 0.0)
-    _, params, info, value = objective(log_sd)
+    _, params, scaled_info, value = objective(log_sd)
     spread_df = _spread_df(criterion, log_sd, prior.df) if optimised else math.inf
     theta, gamma = params[:p] / scale, params[p:]
     v = covariance(log_sd)
@@ -205,8 +205,7 @@ def _fit_components(
     v_inv = np.linalg.inv(v)
     gain = tau2 * z_cell.T @ v_inv
     deviation_cov = tau2 * np.eye(z_cell.shape[1]) - tau2 * tau2 * z_cell.T @ v_inv @ z_cell
-    scaled_info = info / np.outer(*(2 * [np.concatenate([scale, np.ones(params.size - p)])]))
-    covariance_params = np.linalg.inv(scaled_info)  # of (theta * scale, gamma): well conditioned
+    covariance_params = np.linalg.inv(scaled_info)
     # back to every part, the ones left out at zero cost and no spread
     every = full.features.shape[1]
     index = np.concatenate([kept, every + np.arange(gamma.size)])

@@ -28,17 +28,13 @@ aggregate rate R). Its logarithm is
 - ``eps ~ N(0, se_i^2)``: the level's own measurement error from its requests' spread (not known:
   the engine's usual noise).
 
-Priors (stated in docs/math.md): sigma_start is scaled-inverse-chi-square at the engine's usual
-run noise (``RunNoisePrior``); tau at ``TAU_PRIOR`` (1%: what the physics, the captured widths
-included, misses on every rig's noise-free truth, 0.86% root-mean-square at most; 2% where the
-server captured graphs at widths not known, ``TAU_PRIOR_WIDTHS_UNKNOWN``); gamma_m
-normal at 0 with sd ``GAMMA_PRIOR_SD``; theta a weak ridge that only pins directions the data
-leave free. Variance components maximise the restricted
-marginal likelihood times their priors; theta and gamma are then the generalised least squares
-fit given them, with their covariance from its Hessian (a Laplace approximation). Draws of a
-step time draw theta and gamma, then each measured cell's deviation given the residuals, and an
-unmeasured cell's from N(0, tau^2); Student-t rather than normal, on the degrees of freedom
-sigma_start is known with (the criterion's curvature), since a few starts estimate it.
+Priors (docs/math.md; each figure beside its constant below): sigma_start scaled-inverse-chi-square
+at the engine's usual run noise (``RunNoisePrior``), tau at ``TAU_PRIOR`` (or
+``TAU_PRIOR_WIDTHS_UNKNOWN``), gamma_m normal at 0, theta a weak ridge that only pins directions
+the data leave free. Variance components maximise the restricted marginal likelihood times their
+priors; theta and gamma are then the generalised least squares fit given them, with their
+covariance from its Hessian (a Laplace approximation). Draws (``StepPosterior.draws``) are
+Student-t, since a few starts estimate sigma_start.
 
 Its fit: analysis/step_fit.py. Pure: no I/O.
 """
@@ -193,18 +189,16 @@ class StepPosterior:
             np.zeros(params.size), self.covariance, size=draws, method="eigh"
         )
         p = self.theta.size
-        theta, gamma = (
-            np.maximum(sampled[:, :p], 0.0) / self.scale,
-            sampled[:, p:],
-        )  # no part of a step costs less than nothing
+        theta = np.maximum(sampled[:, :p], 0.0) / self.scale  # no part of a step costs less than nothing
+        gamma = sampled[:, p:]
         design_obs = self._design([o.cell for o in self.observations], [o.drafted_share for o in self.observations])
         # each draw's residuals give each measured cell's deviation (its mean), plus its own spread
-        mu_obs = np.log(np.maximum(mu_draws(design_obs, theta, gamma), 1e-12))
+        mu_obs = np.log(np.maximum(mu(design_obs, theta, gamma), 1e-12))
         dev = np.zeros((draws, len(self.cells)))
         if self.cells:
             dev = (self.log_times[None, :] - mu_obs) @ self.gain.T
             dev += wide[:, None] * (rng.standard_normal((draws, len(self.cells))) @ _sqrt_psd(self.deviation_cov).T)
-        out = mu_draws(self._design(cells), theta, gamma)
+        out = mu(self._design(cells), theta, gamma)
         fresh = rng.standard_normal((draws, len(cells))) * self.cell_sd  # the physics miss: not the starts
         for j, cell in enumerate(cells):
             index = self._cell_index(cell)
@@ -249,13 +243,8 @@ class Design:
 
 
 def mu(design: Design, theta: np.ndarray, gamma: np.ndarray) -> np.ndarray:
-    """The step time each row of the design takes at costs ``theta`` and factors ``gamma``."""
-    out: np.ndarray = (design.features @ theta) * np.exp(design.sampled @ gamma)
-    return out
-
-
-def mu_draws(design: Design, theta: np.ndarray, gamma: np.ndarray) -> np.ndarray:
-    """mu for each row of ``theta`` and ``gamma`` (draws): shape (draws, steps)."""
+    """The step time each row of the design takes at costs ``theta`` and factors ``gamma``; given
+    a row of them per draw, shape (draws, steps)."""
     out: np.ndarray = (theta @ design.features.T) * np.exp(gamma @ design.sampled.T)
     return out
 

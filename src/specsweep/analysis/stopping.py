@@ -16,20 +16,10 @@ requests in flight (runtime/driver.py), when
 - **it is precise enough**: z min(se_T, se) <= ``precision``, the half-width of the 95%
   interval of its decode step time or of its rate, relative to it; finer than the run-to-run
   noise between server starts would buy nothing. se_T is the spread of the requests' own step
-  times (decode span over decode steps): a request's rate moves with how well its text is
-  drafted, and acceptance is the counters' part (pooled over every level of the drafter), while
-  what the level alone tells is the step time (analysis/throughput.py fits step times). Either
-  pins it: a precise rate with the pooled tokens per step gives the step time as well. Drafters
-  that draft only where the text matches (n-gram) make the opposite case: a step that drafted
-  seven tokens verifies eight, one that found no match decodes one, so step times spread with
-  how often a text matched (15 to 40% between requests on a real llama-server) and rates less.
-  A request's decode steps are counted from its own fields: llama.cpp's accepted drafts,
-  SGLang's verification steps, else its content chunks (one per step on vLLM). Without any,
-  se_T is se. Where the decision rests on the rate as measured (``rate_decides``: a drafter that
-  looks its drafts up, whose measured points stand for themselves and whose tokens per step move
-  with which texts were drafted), only a precise rate is precise: on a real llama-server four
-  prose requests of ngram-simple at k = 7 had step times within 1.3% (se) and rates within 6.3%,
-  and stopping there on the step time ranked k = 7 on four texts against k = 5 on twelve;
+  times (decode span over decode steps, the steps counted from the request's own fields): the
+  fits take step times, and acceptance is the counters' part. Without counted steps se_T is se;
+  where the decision rests on the rate as measured (``rate_decides``: a drafter that looks its
+  drafts up), only a precise rate is precise. docs/search.md says why, with the measured cases;
 - or it reached ``max_requests``.
 
 It never stops before ``min_requests``: one request per stream at B >= 2, two at B = 1, and
@@ -62,9 +52,7 @@ class LevelTarget:
     precision: float  # stop when the 95% half-width of the step time or the rate is at most this fraction
     best_tokens_per_s: float | None = None  # the cell's best measured rate, in the client's units (wall clock)
     best_noise: float | None = None  # the relative uncertainty of that best (run-to-run noise)
-    # The decision rests on the rate as measured (a drafter that looks its drafts up: no step-time
-    # line, and its tokens per step move with which texts were drafted), so only a precise rate is.
-    rate_decides: bool = False
+    rate_decides: bool = False  # the decision rests on the rate as measured (see the module doc)
 
     @property
     def adaptive(self) -> bool:

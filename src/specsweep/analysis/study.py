@@ -331,17 +331,17 @@ def _aggregate_fits(
         rows = config.results.get(workload, {}).values()
         return [r for r in rows if r.num_drafts and r.mean_acceptance_length]
 
-    best: dict[Drafter, MeasuredConfig] = {}
+    best: dict[Drafter, tuple[int, MeasuredConfig]] = {}
     for config in configs:
         drafter, spec = drafter_of(config.spec), config.spec
         if drafter is None or spec is None or drafter in covered or spec.num_speculative_tokens_per_batch_size:
             continue
-        held = best.get(drafter)
-        if rows_of(config) and (held is None or (spec.num_speculative_tokens or 0) > _k(held)):
-            best[drafter] = config
+        k = spec.num_speculative_tokens or 0
+        if rows_of(config) and (drafter not in best or k > best[drafter][0]):
+            best[drafter] = (k, config)
     out = []
-    for drafter, config in best.items():
-        k, rows = _k(config), rows_of(config)
+    for drafter, (k, config) in best.items():
+        rows = rows_of(config)
         drafts = sum(float(r.num_drafts or 0.0) for r in rows)
         accepted = sum(float(r.num_drafts or 0.0) * (float(r.mean_acceptance_length or 1.0) - 1.0) for r in rows)
         try:
@@ -350,10 +350,6 @@ def _aggregate_fits(
             continue
         out.append(DrafterAcceptance(workload=workload, drafter=drafter, trial=config.trial, fit=fit))
     return out
-
-
-def _k(config: MeasuredConfig) -> int:
-    return (config.spec.num_speculative_tokens or 0) if config.spec is not None else 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -122,11 +122,6 @@ class ThroughputModel:
     concurrency_levels: tuple[int, ...]  # measured at this context level
     context_tokens: int = 0
 
-    @property
-    def pooled_relative_sd(self) -> float:
-        """What one start's measurement of a configuration varies by (the run-to-run noise)."""
-        return self.posterior.run_sd
-
     def step_time_s(self, candidate: Candidate, concurrency: int) -> tuple[float, str]:
         """Point step time of a candidate and where it comes from: "measured" (the model with its
         measured deviation there) or "model" (the physics alone)."""

@@ -85,7 +85,7 @@ def rig_to_dict(rig: Rig) -> dict[str, Any]:
             for lv in rig.levels
         ],
         "step_time": {
-            "pooled_relative_sd": rig.model.pooled_relative_sd,
+            "pooled_relative_sd": rig.model.posterior.run_sd,
             "start_sd": rig.model.posterior.start_sd,
             "cell_sd": rig.model.posterior.cell_sd,
             "basis": rig.model.basis,
