@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specsweep.analysis.context_mix import (
@@ -20,6 +21,7 @@ from specsweep.analysis.context_mix import (
     mix_weights,
 )
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
+from specsweep.analysis.rates import RateSample
 from specsweep.analysis.recommendation import Recommendation
 from specsweep.report.context_report import context_json, heat_map_data
 from specsweep.report.study_tables import CSV_FIGURES, CSV_KEYS, results_csv
@@ -55,6 +57,19 @@ def cells(level: int = 1, unmeasured: dict[str, tuple[Candidate, ...]] | None = 
     return {m: rec(m, level, RATES[m], (unmeasured or {}).get(m, ())) for m in MEMBERS}
 
 
+def sample_of(level: int, rates: dict[Candidate, float]) -> RateSample:
+    """Joint draws that know each rate exactly (every draw the same)."""
+    values = np.array(list(rates.values()))
+    return RateSample(
+        concurrency=level, candidates=tuple(rates), tokens_per_step=np.ones(len(rates)), step_time_s=level / values,
+        step_time_source=("model",) * len(rates), tokens_per_s=values, draws=np.tile(values, (400, 1)),
+    )  # fmt: skip
+
+
+def samples(level: int = 1) -> dict[str, RateSample]:
+    return {m: sample_of(level, RATES[m]) for m in MEMBERS}
+
+
 def test_the_members_of_a_workload_are_it_then_its_levels_shortest_first() -> None:
     assert context_members(["w", "v", "w@64k", "w@16k", "v@10000"]) == {"w": MEMBERS, "v": ("v", "v@10000")}
     assert context_members(["w", "w@16k", "w", "w@16k"]) == {"w": ("w", "w@16k")}  # a name per cell: once each
@@ -71,7 +86,7 @@ def test_the_mix_weighs_as_the_study_does_or_evenly_when_the_levels_weigh_nothin
 
 def test_the_mix_picks_the_highest_weighted_mean_rate() -> None:
     weights, _ = mix_weights(MEMBERS, WEIGHTED)
-    mixed = mix_recommendation("w", cells(), weights)
+    mixed = mix_recommendation("w", cells(), samples(), weights)
     # k=2: 0.5*100 + 0.25*60 + 0.25*30 = 72.5; k=4: 0.5*110 + 0.25*58 + 0.25*20 = 74.5; off: 40 + 12.5 + 7 = 59.5
     rates = {row.candidate: row.tokens_per_s for row in mixed.candidates}
     assert rates == pytest.approx({K2: 72.5, K4: 74.5, OFF: 59.5})
@@ -81,7 +96,7 @@ def test_the_mix_picks_the_highest_weighted_mean_rate() -> None:
 
 def test_even_weights_move_the_pick_to_the_long_contexts_k() -> None:
     weights, even = mix_weights(MEMBERS, {"w": 1.0, "w@16k": 0.0, "w@64k": 0.0})
-    mixed = mix_recommendation("w", cells(), weights)
+    mixed = mix_recommendation("w", cells(), samples(), weights)
     # k=2: (100 + 60 + 30) / 3 = 63.33; k=4: (110 + 58 + 20) / 3 = 62.67: k=2, where the plain workload alone takes k=4
     assert even and mixed.choice == K2
     assert mixed.tokens_per_s == pytest.approx(190 / 3)
@@ -89,7 +104,7 @@ def test_even_weights_move_the_pick_to_the_long_contexts_k() -> None:
 
 def test_a_k_not_measured_at_every_context_is_not_pasted() -> None:
     weights, _ = mix_weights(MEMBERS, WEIGHTED)
-    mixed = mix_recommendation("w", cells(unmeasured={"w@64k": (K4,)}), weights)
+    mixed = mix_recommendation("w", cells(unmeasured={"w@64k": (K4,)}), samples(), weights)
     # k=4 is predicted fastest over the mix (74.5) but 64k never ran it: k=2 (72.5), measured everywhere
     assert mixed.choice == K2 and mixed.measured
     assert next(r for r in mixed.candidates if r.candidate == K4).measured_tokens_per_s is None
@@ -97,14 +112,17 @@ def test_a_k_not_measured_at_every_context_is_not_pasted() -> None:
 
 def test_a_configuration_the_engine_runs_as_speculation_off_is_no_candidate_of_the_mix() -> None:
     weights, _ = mix_weights(MEMBERS, WEIGHTED)
-    mixed = mix_recommendation("w", cells(), weights, idle=(K4,))
+    mixed = mix_recommendation("w", cells(), samples(), weights, idle=(K4,))
     assert mixed.choice == K2 and K4 not in {row.candidate for row in mixed.candidates}
 
 
 def test_contexts_that_share_no_candidate_keep_the_first_contexts_pick() -> None:
     other = Candidate(drafter=Drafter(method="ngram", draft_sample_method="greedy"), num_speculative_tokens=3)
     plain = rec("w", 1, {K2: 100.0, K4: 110.0})
-    mixed = mix_recommendation("w", {"w": plain, "w@16k": rec("w@16k", 1, {other: 50.0})}, {"w": 0.5, "w@16k": 0.5})
+    drawn = {"w": sample_of(1, {K2: 100.0, K4: 110.0}), "w@16k": sample_of(1, {other: 50.0})}
+    mixed = mix_recommendation(
+        "w", {"w": plain, "w@16k": rec("w@16k", 1, {other: 50.0})}, drawn, {"w": 0.5, "w@16k": 0.5}
+    )
     assert mixed.choice == K4 and mixed.workload == "w"
 
 
@@ -148,8 +166,9 @@ def test_the_paste_of_a_workload_with_context_levels_runs_the_mix_and_says_what_
 
     configs = _configs()
     recs = list(cells().values())
+    by_cell = {(m, 1): sample for m, sample in samples().items()}
     own = [plan_snippet(m, [r], {DRAFTER: configs[1].spec}, max_num_seqs=8) for m, r in cells().items()]  # type: ignore[dict-item]
-    plans = {p.workload: p for p in mix_snippets(recs, own, configs, WEIGHTED, max_num_seqs=8)}
+    plans = {p.workload: p for p in mix_snippets(recs, by_cell, own, configs, WEIGHTED, max_num_seqs=8)}
     assert plans["w"].choice_by_concurrency == {1: K4}
     assert plans["w"].spec is not None and plans["w"].spec.num_speculative_tokens == 4
     assert plans["w@16k"] is own[1]  # a level's own plan is kept as it was
@@ -159,7 +178,7 @@ def test_the_paste_of_a_workload_with_context_levels_runs_the_mix_and_says_what_
     # 1 - 58/60 = 3.3%; 1 - 20/30 = 33.3%
     assert notes[2] == "w@16k gives up, predicted: 3.3% at 1 (k=4 probabilistic, its own k=2 probabilistic)"
     assert notes[3] == "w@64k gives up, predicted: 33.3% at 1 (k=4 probabilistic, its own k=2 probabilistic)"
-    even = {p.workload: p for p in mix_snippets(recs, own, configs, {"w": 1.0}, max_num_seqs=8)}["w"]
+    even = {p.workload: p for p in mix_snippets(recs, by_cell, own, configs, {"w": 1.0}, max_num_seqs=8)}["w"]
     assert even.choice_by_concurrency == {1: K2}
     assert "w (400 tokens) 33%, w@16k 33%, w@64k 33% (measure.context_weight is 0: weighed evenly)" in even.notes[0]
 
@@ -240,3 +259,24 @@ def test_a_context_study_prints_its_grid_pastes_over_the_mix_and_reports_every_c
     rows_csv = list(csv.DictReader(io.StringIO((folder / "results.csv").read_text(encoding="utf-8"))))
     assert {r["workload"]: r["context"] for r in rows_csv}["prose@8k"] == "8192"
     assert float({r["workload"]: r["context"] for r in rows_csv}["prose"]) < 1000
+
+
+def test_the_mix_reads_the_contexts_draws_so_it_names_what_they_cannot_tell_apart() -> None:
+    """The pick over the mix is the one rule's, over the contexts' draws mixed draw by draw: where
+    every context knows its rates exactly, k = 4 (74.5 over the mix) leads k = 2 (72.5) alone; where
+    each context's draws spread by 10%, the mix cannot tell them apart and names k = 2 tied."""
+    weights, _ = mix_weights(MEMBERS, WEIGHTED)
+    exact = mix_recommendation("w", cells(), samples(), weights)
+    assert exact.choice == K4 and K2 not in exact.tied
+    rng = np.random.default_rng(0)
+    noisy = {}
+    for m, sample in samples().items():
+        draws = sample.draws * np.exp(rng.normal(0.0, 0.10, sample.draws.shape))
+        noisy[m] = RateSample(
+            concurrency=1, candidates=sample.candidates, tokens_per_step=sample.tokens_per_step,
+            step_time_s=sample.step_time_s, step_time_source=sample.step_time_source,
+            tokens_per_s=sample.tokens_per_s, draws=draws,
+        )  # fmt: skip
+    loose = mix_recommendation("w", cells(), noisy, weights)
+    assert {loose.choice, *loose.tied} >= {K2, K4}
+    assert loose.reason.startswith("over the context mix (w 50%, w@16k 25%, w@64k 25%): ")

@@ -4,11 +4,11 @@ context in tokens.
 A study with context levels (``measure.context``) measures each workload W again as ``W@16k``,
 ``W@64k`` (workload.context_variant_name), and recommends for each (context, concurrency) cell
 as for any workload. No released engine takes a k per context (docs/engines.md), so W's paste is
-one per-batch-size choice for every context: at each concurrency, of the candidates measured
-there at every context, the one fastest predicted over the contexts weighed as the objective
-weighs them (tuning/workloads.py; evenly where the levels weigh 0, and the paste says so). Each
-context says what it gives up against its own pick (docs/workloads.md has the rules). The
-predictions are the recommendations' candidate rows, so the mix adds no fit of its own.
+one per-batch-size choice for every context: at each concurrency, the one rule's pick over the
+contexts' rate draws mixed draw by draw, weighed as the objective weighs them
+(tuning/workloads.py; evenly where the levels weigh 0, and the paste says so). Each context
+says what it gives up against its own pick (docs/workloads.md has the rules). The draws are
+those the contexts' recommendations read, so the mix adds no fit of its own.
 
 Pure: no I/O.
 """
@@ -18,8 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from specsweep.analysis.drafters import Candidate, Drafter, drafter_of
-from specsweep.analysis.recommendation import CandidateRate, Recommendation
+from specsweep.analysis.rates import RateSample
+from specsweep.analysis.recommendation import Recommendation, recommend_from_sample
 from specsweep.analysis.snippet_plan import SnippetPlan, own_pick, plan_snippet
 from specsweep.types import MeasuredConfig, SpeculativeConfig
 from specsweep.workload import parse_context_variant
@@ -84,67 +87,56 @@ def drafter_templates(configs: Sequence[MeasuredConfig]) -> dict[Drafter, Specul
 def mix_recommendation(
     workload: str,
     recommendations: Mapping[str, Recommendation],
+    samples: Mapping[str, RateSample],
     weights: Mapping[str, float],
     idle: Collection[Candidate] = (),
+    *,
+    tolerance: float = 0.01,
+    cells: int = 1,
 ) -> Recommendation:
-    """At one concurrency, the pick over the context mix: each candidate every context predicts,
-    its rate the weighted mean of theirs (measured: where every context measured it); the
-    highest of the measured ones wins (of all, where none was measured everywhere). ``idle``:
-    configurations the engine runs as speculation off, no candidates of their own."""
-    members = list(recommendations)
+    """At one concurrency, the pick over the context mix by the one rule: each draw's rate of a
+    candidate every context predicts is the weighted mean of the contexts' draws (its measured
+    rate likewise, where every context measured it), and the pick is the measured one with the
+    least expected loss (recommendation.recommend_from_sample). ``idle``: configurations the
+    engine runs as speculation off, no candidates of their own."""
+    members = [m for m in recommendations if m in samples]
     share = {m: weights.get(m, 0.0) for m in members}
     total = sum(share.values())
     share = {m: (w / total if total > 0 else 1.0 / len(members)) for m, w in share.items()}
-    by_member = {m: {row.candidate: row for row in rec.candidates} for m, rec in recommendations.items()}
-    first = by_member[members[0]]
-    common = [c for c in first if c not in idle and all(c in rows for rows in by_member.values())]
+    column = {m: {c: j for j, c in enumerate(samples[m].candidates)} for m in members}
+    common = [c for c in samples[members[0]].candidates if c not in idle and all(c in column[m] for m in members)]
     if not common:  # no candidate every context predicts (each fitted other drafters): the first context's pick
         return replace(recommendations[members[0]], workload=workload)
 
-    def mean(candidate: Candidate, value: Callable[[CandidateRate], float | None]) -> float | None:
-        values = [value(by_member[m][candidate]) for m in members]
-        if any(v is None for v in values):
-            return None
-        return sum(share[m] * (v or 0.0) for m, v in zip(members, values, strict=True))
-
-    rates = {c: mean(c, lambda r: r.tokens_per_s) or 0.0 for c in common}
-    measured = {c: mean(c, lambda r: r.measured_tokens_per_s) for c in common}
-    pool = [c for c in common if measured[c] is not None] or common
-    choice = max(pool, key=lambda c: (rates[c], -c.num_speculative_tokens))
-    rows = tuple(
-        CandidateRate(
-            candidate=c,
-            tokens_per_s=rates[c],
-            tokens_per_s_low=mean(c, lambda r: r.tokens_per_s_low) or 0.0,  # the contexts' bounds averaged
-            tokens_per_s_high=mean(c, lambda r: r.tokens_per_s_high) or 0.0,
-            shortfall_tokens_per_s=rates[choice] - rates[c],
-            shortfall_low_tokens_per_s=rates[choice] - rates[c],
-            shortfall_high_tokens_per_s=rates[choice] - rates[c],
-            step_time_source="model",
-            measured_tokens_per_s=measured[c],
+    def mixed(values: Callable[[RateSample], np.ndarray]) -> np.ndarray:
+        out: np.ndarray = np.sum(
+            [share[m] * values(samples[m])[..., [column[m][c] for c in common]] for m in members], axis=0
         )
-        for c in common
-    )
-    mine = next(r for r in rows if r.candidate == choice)
+        return out
+
+    sample = RateSample(
+        concurrency=samples[members[0]].concurrency, candidates=tuple(common),
+        tokens_per_step=mixed(lambda s: s.tokens_per_step), step_time_s=mixed(lambda s: s.step_time_s),
+        step_time_source=("model",) * len(common), tokens_per_s=mixed(lambda s: s.tokens_per_s),
+        draws=mixed(lambda s: s.draws),
+    )  # fmt: skip
+    seen = {m: {row.candidate: row.measured_tokens_per_s for row in recommendations[m].candidates} for m in members}
+
+    def measured(candidate: Candidate) -> float | None:
+        values = [seen[m].get(candidate) for m in members]
+        return (
+            None
+            if any(v is None for v in values)
+            else sum(share[m] * (v or 0.0) for m, v in zip(members, values, strict=True))
+        )
+
+    first = recommendations[members[0]]
+    rec = recommend_from_sample(
+        sample, measured, workload=workload, confidence=first.confidence, tolerance=tolerance, idle=idle,
+        cells=cells, seed=first.seed,
+    )  # fmt: skip
     said = ", ".join(f"{m} {100 * share[m]:.0f}%" for m in members)
-    return replace(
-        recommendations[members[0]],
-        workload=workload,
-        choice=choice,
-        speculation_off=choice.off,
-        tokens_per_s=mine.tokens_per_s,
-        tokens_per_s_low=mine.tokens_per_s_low,
-        tokens_per_s_high=mine.tokens_per_s_high,
-        measured_tokens_per_s=mine.measured_tokens_per_s,
-        tied=(),
-        within_tolerance=(),
-        measured=mine.measured_tokens_per_s is not None,
-        gain_over_off=None,
-        gain_over_baseline=None,
-        reason=f"{choice.label} has the highest predicted rate over the context mix ({said}): "
-        f"{mine.tokens_per_s:.1f} tok/s.",
-        candidates=rows,
-    )
+    return replace(rec, reason=f"over the context mix ({said}): {rec.reason}")
 
 
 def given_up_line(label: str, runs: Mapping[int, Candidate], recs: Mapping[int, Recommendation]) -> str:
@@ -168,6 +160,7 @@ def given_up_line(label: str, runs: Mapping[int, Candidate], recs: Mapping[int, 
 
 def mix_snippets(
     recommendations: Sequence[Recommendation],
+    samples: Mapping[tuple[str, int], RateSample],
     snippets: Sequence[SnippetPlan],
     configs: Sequence[MeasuredConfig],
     workload_weights: Mapping[str, float],
@@ -175,6 +168,7 @@ def mix_snippets(
     max_num_seqs: int | None,
     table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
     idle: Collection[Candidate] = (),
+    tolerance: float = 0.01,
 ) -> tuple[SnippetPlan, ...]:
     """Every workload's paste, each plain workload with context levels planned over its context
     mix (see the module doc); the levels' own plans are kept as they are."""
@@ -190,7 +184,10 @@ def mix_snippets(
         mixed = []
         for level in sorted({b for w, b in by_cell if w == plan.workload}):
             cells = {m: by_cell[m, level] for m in members if (m, level) in by_cell}
-            mixed.append(mix_recommendation(plan.workload, cells, weights, idle))
+            drawn = {m: samples[m, level] for m in cells if (m, level) in samples}
+            mixed.append(
+                mix_recommendation(plan.workload, cells, drawn, weights, idle, tolerance=tolerance, cells=len(by_cell))
+            )
         mix = plan_snippet(plan.workload, mixed, templates, max_num_seqs=max_num_seqs, table_refusal=table_refusal)
         labels = {m: context_label(m, context_tokens(configs, m)) for m in members}
         said = ", ".join(f"{labels[m]} {100 * weights[m]:.0f}%" for m in members)

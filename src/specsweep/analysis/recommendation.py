@@ -114,17 +114,40 @@ def recommend_draft_length(
         model, acceptance, concurrency=concurrency, k_min=k_min, k_max=k_max, draws=draws, seed=seed,
         acceptance_scale=acceptance_scale,
     )  # fmt: skip
+
+    def measured(candidate: Candidate) -> float | None:
+        return model.measured_tokens_per_s(candidate, concurrency=concurrency, workload=workload) if workload else None
+
+    return recommend_from_sample(
+        sample, measured, workload=workload, baseline=baseline, confidence=confidence, tolerance=tolerance,
+        limit=limit, idle=idle, cells=cells, seed=seed,
+    )  # fmt: skip
+
+
+def recommend_from_sample(
+    sample: RateSample,
+    measured: Callable[[Candidate], float | None],
+    *,
+    workload: str = "",
+    baseline: Candidate | None = None,
+    confidence: float = 0.95,
+    tolerance: float = 0.01,
+    limit: LatencyLimit | None = None,
+    idle: Collection[Candidate] = (),
+    cells: int = 1,
+    seed: int = 0,
+) -> Recommendation:
+    """The recommendation from joint rate draws (``sample``) and what was measured of each
+    candidate at this cell (``measured``: its mean measured rate, None where never measured): the
+    one rule's pick, the tied, the gains and the reason (recommend_draft_length's arguments)."""
+    concurrency, draws = sample.concurrency, sample.draws.shape[0]
     runnable = [j for j, c in enumerate(sample.candidates) if c not in idle]
     kept = [j for j in runnable if limit is None or limit.allows(sample.candidates[j])]
     unmet = limit is not None and not kept
     kept = kept or runnable
-
-    def measured(candidate: Candidate) -> float | None:
-        return model.measured_tokens_per_s(candidate, concurrency=concurrency, workload=workload)
-
     # The one rule (analysis/value.py): the measured configuration with the least expected loss;
     # nothing measured here (a rig's model, another workload), the highest prediction.
-    measured_here = [j for j in kept if measured(sample.candidates[j]) is not None] if workload else []
+    measured_here = [j for j in kept if measured(sample.candidates[j]) is not None]
     if measured_here:
         chosen, _ = pick(sample.draws[:, kept], [kept.index(j) for j in measured_here], tolerance)
         chosen = kept[chosen]

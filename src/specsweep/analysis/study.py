@@ -18,7 +18,8 @@ Pure: no storage, no I/O. The report and the CLI render what this returns.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from specsweep.analysis.aggregate import fit_aggregate_acceptance
@@ -28,8 +29,8 @@ from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
 from specsweep.analysis.latency import itl_limit
 from specsweep.analysis.noise import RunNoise, noise_of
 from specsweep.analysis.positions import lend_positions
-from specsweep.analysis.rates import RatePrediction, predict_throughput
-from specsweep.analysis.recommendation import Recommendation, recommend_draft_length
+from specsweep.analysis.rates import RatePrediction, RateSample, predict_throughput, sample_rates
+from specsweep.analysis.recommendation import Recommendation, recommend_from_sample
 from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
 from specsweep.analysis.throughput import ThroughputModel, family_observations, fit_throughput_model
 from specsweep.config import DRAFT_SAMPLE_METHODS
@@ -127,6 +128,8 @@ class StudyAnalysis:
     recommendations: tuple[Recommendation, ...]
     snippets: tuple[SnippetPlan, ...]
     notes: tuple[str, ...]
+    # each cell's joint rate draws, which its recommendation read (the context mix reads them too)
+    samples: dict[tuple[str, int], RateSample] = field(default_factory=dict, repr=False)
 
     def recommendation(self, workload: str, concurrency: int) -> Recommendation | None:
         return next((r for r in self.recommendations if r.workload == workload and r.concurrency == concurrency), None)
@@ -170,6 +173,7 @@ def analyze_study(
     models: dict[str, ThroughputModel] = {}
     predictions: list[WorkloadPredictions] = []
     recommendations: list[Recommendation] = []
+    samples: dict[tuple[str, int], RateSample] = {}
     snippets: list[SnippetPlan] = []
     for workload in workloads:
         fitted = model_workload(
@@ -200,24 +204,16 @@ def analyze_study(
             rows = tuple(row for row in rows if row.candidate not in idle)
             predictions.append(WorkloadPredictions(workload=workload, concurrency=level, rows=rows))
             limit = itl_limit(measured, workload, level, max_itl_p99_s) if max_itl_p99_s is not None else None
-            mine.append(
-                recommend_draft_length(
-                    model,
-                    by_drafter,
-                    workload=workload,
-                    baseline=base,
-                    k_min=k_min,
-                    tolerance=tolerance,
-                    limit=limit,
-                    idle=idle,
-                    concurrency=level,
-                    k_max=k_max,
-                    confidence=confidence,
-                    draws=draws,
-                    seed=seed,
-                    cells=len(workloads) * len(concurrency_levels),
-                )
+            sample = sample_rates(
+                model, by_drafter, concurrency=level, k_min=k_min, k_max=k_max, draws=draws, seed=seed
             )
+            samples[workload, level] = sample
+            rec = recommend_from_sample(
+                sample, partial(model.measured_tokens_per_s, concurrency=level, workload=workload),
+                workload=workload, baseline=base, confidence=confidence, tolerance=tolerance, limit=limit,
+                idle=idle, cells=len(workloads) * len(concurrency_levels), seed=seed,
+            )  # fmt: skip
+            mine.append(rec)
         recommendations.extend(mine)
         templates = drafter_templates(measured)
         snippets.append(plan_snippet(workload, mine, templates, max_num_seqs=max_num_seqs, table_refusal=table_refusal))
@@ -239,6 +235,7 @@ def analyze_study(
         recommendations=tuple(recommendations),
         snippets=tuple(snippets),
         notes=tuple(notes),
+        samples=samples,
     )
 
 
@@ -270,8 +267,10 @@ def analyze_with_settings(
         idle=idle,
         captured_widths=settings.captured_widths,
     )
-    mixed = mix_snippets(analysis.recommendations, analysis.snippets, configs, settings.workload_weights,
-                         max_num_seqs=settings.max_num_seqs, table_refusal=table_refusal, idle=idle)  # fmt: skip
+    mixed = mix_snippets(
+        analysis.recommendations, analysis.samples, analysis.snippets, configs, settings.workload_weights,
+        tolerance=settings.tolerance, max_num_seqs=settings.max_num_seqs, table_refusal=table_refusal, idle=idle,
+    )  # fmt: skip
     return replace(analysis, snippets=mixed)
 
 
