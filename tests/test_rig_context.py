@@ -150,3 +150,18 @@ def test_measure_with_a_rig_without_context_levels_refuses_a_context_level_in_on
     assert len(lines) == 1, lines
     assert "Traceback" not in done.stderr
     assert "workload prose@64k asks for context 64k, but the rig measured no context level" in lines[0]
+
+
+def test_the_rig_shows_its_context_levels() -> None:
+    from rich.console import Console
+
+    from specsweep.cli.rig_printers import describe_rig, print_rig
+
+    rig = rig_at((0, 65536))
+    assert "concurrency [1, 4], context levels 64k," in describe_rig(rig)
+    assert "context levels" not in describe_rig(rig_at((0,)))
+    out = Console(record=True, width=400)
+    print_rig(out, rig)
+    shown = out.export_text()
+    assert "concurrency 4 at context 64k, dspark (probabilistic): decode step ms k=1" in shown
+    assert "concurrency 4, speculation off: decode step ms k=0" in shown
