@@ -233,13 +233,17 @@ def test_a_context_level_beyond_a_known_kv_pool_is_refused_before_any_start(tmp_
     assert fits.returncode == 0 and "context levels: 16,384 tokens" in fits.stdout, fits.stdout + fits.stderr
 
 
-def test_study_with_a_rig_refuses_context_levels_before_any_start(tmp_path: Path) -> None:
+def test_study_with_a_rig_without_context_levels_refuses_them_before_any_start(tmp_path: Path) -> None:
+    """A rig that measured no context level has no context in its step model: one line, what to do."""
     rig = tmp_path / "rig.json"
     write_rig(rig, exact_rig(DEFAULT_PROFILE, "dspark", k_max=4))
     path = write_study(tmp_path / "study.toml", emulator_study("rigged"))
     done = specsweep("study", "--config", str(path), "--rig", str(rig), "--context", "8k", cwd=tmp_path)
     assert done.returncode == 1
-    assert "context levels (measure.context, --context) cannot be answered from it" in done.stderr
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, lines
+    assert "study 'rigged' asks for context 8k, but the rig measured no context level" in lines[0]
+    assert "(measure.context, or study --context)" in lines[0]
     assert not list((tmp_path / "studies").glob("*/logs/*.log"))  # nothing started
 
 

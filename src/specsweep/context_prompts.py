@@ -30,6 +30,7 @@ from specsweep.workload import (
     context_variant_name,
     count_tokens,
     load_workload,
+    parse_context_variant,
 )
 
 PREFIX_KINDS = ("prose", "code")
@@ -91,6 +92,15 @@ def context_variant(workload: Workload, context_tokens: int) -> Workload:
         format=workload.format,
         notes=workload.notes,
     )
+
+
+def load_workload_or_level(name: str) -> Workload:
+    """A workload as ``load_workload`` finds it, or, named ``W@16k`` and not a file of that name,
+    workload ``W`` at that context level."""
+    base, level = parse_context_variant(name)
+    if level is None or Path(name).is_file():
+        return load_workload(name)
+    return context_variant(load_workload(base), level)
 
 
 def _corpus(kind: str, passes: int) -> str:

@@ -16,8 +16,10 @@ from specsweep.cli.options import check_duration, check_finite, check_levels, ch
 from specsweep.cli.printers import fitted_console, print_measurement
 from specsweep.cli.rig_printers import print_rig_recommendation
 from specsweep.config import parse_concurrency
+from specsweep.context_prompts import load_workload_or_level
 from specsweep.errors import RequestError
 from specsweep.rigs.file import check_server_against_rig, load_rig
+from specsweep.rigs.model import check_rig_context
 from specsweep.rigs.stored import recommend_for_measurement, rig_drafter
 from specsweep.runtime.client import api_key_from_env
 from specsweep.runtime.identity import read_server_identity
@@ -30,7 +32,7 @@ from specsweep.runtime.measure import (
     thin_levels,
 )
 from specsweep.runtime.store import measurement_to_dict, write_json_atomic
-from specsweep.workload import load_workload, too_small
+from specsweep.workload import parse_context_variant, too_small
 
 MEASUREMENT_FILE = "measurement.json"  # what --out DIR holds
 
@@ -41,7 +43,9 @@ EXAMPLES = ("specsweep measure --endpoint http://127.0.0.1:8000 --workload prose
 
 def measure(
     endpoint: str = typer.Option(..., callback=check_url, help="Base URL of the server, e.g. http://127.0.0.1:8000"),
-    workload: str = typer.Option("prose", help="prose, technical, or a JSONL file of your own."),
+    workload: str = typer.Option(
+        "prose", help="prose, technical, or a JSONL file of your own; W@16k: W at a context level of 16k tokens."
+    ),
     engine: str = typer.Option(None, help="vllm, sglang or llama.cpp (default: detected from /metrics)."),
     model: str = typer.Option(None, help="Model name to send (default: the first one /v1/models lists)."),
     concurrency: str = typer.Option(
@@ -101,7 +105,11 @@ def measure(
     """
     loaded_rig = load_rig(rig) if rig is not None else None
     unchecked: tuple[str, ...] = ()
+    context_note = None
     if loaded_rig is not None:
+        # a context level the rig cannot answer is refused before the server is asked anything
+        level = parse_context_variant(workload)[1] if not Path(workload).is_file() else None
+        context_note = check_rig_context(loaded_rig, [level or 0], what=f"workload {workload}")
         identity = read_server_identity(endpoint, engine)  # what the server says it is
         args = shlex.split(server_args) if server_args else None
         unchecked = check_server_against_rig(loaded_rig, identity, server_args=args)
@@ -124,7 +132,7 @@ def measure(
         seed=seed,
         timeout_s=seconds_of(timeout, flag="--timeout"),
     )
-    loaded = load_workload(workload)
+    loaded = load_workload_or_level(workload)
     console = Console(stderr=True)
     thin = None if rate else thin_levels(settings.concurrency, settings.requests)
     for note in (thin, too_small(loaded, settings.requests), *loaded.notes):
@@ -181,4 +189,4 @@ def measure(
         raise RequestError(f"measurement stopped: {result.stop_line()}{kept}")
     if loaded_rig is not None:
         on_rig = recommend_for_measurement(loaded_rig, result, drafter=drafter, seed=seed)
-        print_rig_recommendation(out, loaded_rig, rig, on_rig, unchecked=unchecked)
+        print_rig_recommendation(out, loaded_rig, rig, on_rig, unchecked=unchecked, note=context_note)

@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from specsweep.analysis.recommendation import Recommendation
-from specsweep.rigs.model import Rig
+from specsweep.rigs.model import Rig, context_label
 from specsweep.rigs.stored import WorkloadOnRig
 from specsweep.rigs.study import RigStudyOutcome
 
@@ -20,9 +20,10 @@ def describe_rig(built: Rig) -> str:
     """One line: what the rig was measured on and what it covers."""
     ident = built.identity
     drafters = "; ".join(f"{d.label} k={_ks(built.draft_lengths(d))}" for d in built.drafters)
+    contexts = f", context levels {', '.join(map(context_label, built.context_levels))}" if built.context_levels else ""
     return (
         f"{ident.engine} {ident.engine_version or '(version unknown)'}, model {ident.model or '(unknown)'}, "
-        f"concurrency {list(built.concurrency_levels)}, {drafters or 'no drafter'}"
+        f"concurrency {list(built.concurrency_levels)}{contexts}, {drafters or 'no drafter'}"
     )
 
 
@@ -36,14 +37,16 @@ def print_rig(out: Console, built: Rig) -> None:
     out.print(f"[bold]rig[/bold]: {describe_rig(built)}")
     if built.identity.server_args:
         out.print(f"  flags: {' '.join(built.identity.server_args)}")
-    levels: dict[tuple[int, str], list[str]] = {}
+    levels: dict[tuple[int, int, str], list[str]] = {}
     for o in built.model.observations:
         name = "speculation off" if o.candidate.off or o.drafter is None else o.drafter.label
-        levels.setdefault((o.concurrency, name), []).append(f"k={o.num_speculative_tokens} {1000 * o.step_time_s:.2f}")
-    for (concurrency, name), points in sorted(
-        levels.items(), key=lambda kv: (kv[0][0], kv[0][1] != "speculation off", kv[0][1])
+        key = (o.context_tokens, o.concurrency, name)
+        levels.setdefault(key, []).append(f"k={o.num_speculative_tokens} {1000 * o.step_time_s:.2f}")
+    for (context, concurrency, name), points in sorted(
+        levels.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] != "speculation off", kv[0][2])
     ):
-        out.print(f"  concurrency {concurrency}, {name}: decode step ms {', '.join(points)}")
+        at = f" at context {context_label(context)}" if context else ""
+        out.print(f"  concurrency {concurrency}{at}, {name}: decode step ms {', '.join(points)}")
     out.print(f"  step model: {built.model.basis}")
 
 
@@ -58,14 +61,23 @@ def _gain(rec: Recommendation) -> str:
 
 
 def print_rig_recommendation(
-    out: Console, built: Rig, path: Path | None, result: WorkloadOnRig, *, unchecked: tuple[str, ...]
+    out: Console,
+    built: Rig,
+    path: Path | None,
+    result: WorkloadOnRig,
+    *,
+    unchecked: tuple[str, ...],
+    note: str | None = None,
 ) -> None:
-    """The recommendation with no start, one line per concurrency level, and how far it extrapolates."""
+    """The recommendation with no start, one line per concurrency level, and how far it extrapolates
+    (``note``: what the rig did not measure, said once under its line)."""
     fit = result.fit
     out.print(f"\n[bold]rig[/bold] {path or ''}: {describe_rig(built)}")
     if unchecked:
         hint = " (pass --server-args to check them)" if "server_args" in unchecked else ""
         out.print(f"  unchecked against the running server: {', '.join(unchecked)}{hint}")
+    if note:
+        out.print(f"  {note}", highlight=False)
     measured = ", ".join(f"{p.per_position:.3f}" for p in fit.positions)
     out.print(
         f"[bold]{result.workload}[/bold] measured at the running k={fit.measured_positions}: S_1..S_"

@@ -5,12 +5,13 @@
      "request_shape": {api, temperature, max_tokens, workloads: {name: {prompt_tokens, completion_tokens}}},
      "levels": [{num_speculative_tokens, concurrency, drafter, output_tokens_per_s, tokens_per_step,
                  completion_tokens, decode_span_s, prompt_tokens, requests, workload, trial,
-                 draft_share, decode_step_time_s, request_overhead_s}, ...],
+                 draft_share, context_tokens, decode_step_time_s, request_overhead_s}, ...],
      "step_time": {"pooled_relative_sd": ..., "start_sd": ..., "cell_sd": ..., "basis": "..."}}
 
 ``levels`` are the data; ``step_time`` is the model fitted on them, written for readers. Reading
 fits the model again from ``levels`` (the fit is deterministic), so a hand-edited fit cannot
-disagree with its points.
+disagree with its points. A level's ``context_tokens`` is the context level it was measured at
+(``W@16k``: 16384); a file written before rigs kept context levels has none, and reads as 0.
 
 A rig was measured on one setup (engine, version, model, flags, server facts). A server, or a
 study's server config, that differs in any of them is refused with every difference named;
@@ -79,6 +80,7 @@ def rig_to_dict(rig: Rig) -> dict[str, Any]:
                 "workload": lv.workload,
                 "trial": lv.trial,
                 "draft_share": lv.draft_share,
+                "context_tokens": lv.context_tokens,
                 "decode_step_time_s": lv.decode_step_time_s,
                 "request_overhead_s": lv.request_overhead_s,
             }
@@ -135,6 +137,7 @@ def rig_from_dict(data: Any, *, source: str = "the rig file") -> Rig:
                 workload=str(lv.get("workload", "")),
                 trial=lv.get("trial"),
                 draft_share=None if lv.get("draft_share") is None else float(lv["draft_share"]),
+                context_tokens=int(lv.get("context_tokens") or 0),
             )
             for lv in data["levels"]
         ]

@@ -38,7 +38,8 @@ from typing import Any
 from specsweep.analysis.drafters import Drafter
 from specsweep.analysis.step_model import MIN_LEVEL_SE
 from specsweep.analysis.throughput import ThroughputModel, ThroughputObservation, fit_throughput_model
-from specsweep.errors import FitError
+from specsweep.errors import ConfigError, FitError
+from specsweep.workload import context_variant_name
 
 RIG_SCHEMA_VERSION = 1
 
@@ -71,6 +72,7 @@ class LevelTiming:
     workload: str = ""
     trial: int | None = None
     draft_share: float | None = None  # drafts per decode step (None: off, or not known)
+    context_tokens: int = 0  # the context level it was measured at (0: its workload as it is)
 
     @property
     def request_time_s(self) -> float:
@@ -99,6 +101,7 @@ def level_timing(
     workload: str = "",
     trial: int | None = None,
     draft_share: float | None = None,
+    context_tokens: int = 0,
 ) -> LevelTiming | None:
     """A level's timing from its successful requests; None when it cannot give one (no tokens,
     one-token answers, or drafting without acceptance counts).
@@ -128,6 +131,7 @@ def level_timing(
         workload=workload,
         trial=trial,
         draft_share=None if off or draft_share is None else min(max(float(draft_share), 0.0), 1.0),
+        context_tokens=context_tokens,
     )
 
 
@@ -153,21 +157,30 @@ class Rig:
 
     @property
     def concurrency_levels(self) -> tuple[int, ...]:
-        return self.model.concurrency_levels
+        return tuple(sorted({lv.concurrency for lv in self.levels}))
+
+    @property
+    def context_levels(self) -> tuple[int, ...]:
+        """The context levels above 0 the rig measured (none: its step model has no context in it)."""
+        return tuple(sorted({lv.context_tokens for lv in self.levels if lv.context_tokens > 0}))
 
     @property
     def drafters(self) -> tuple[Drafter, ...]:
         found = {lv.drafter for lv in self.levels if lv.drafter is not None}
         return tuple(sorted(found, key=lambda d: (d.method, d.draft_sample_method)))
 
-    def draft_lengths(self, drafter: Drafter, concurrency: int | None = None) -> tuple[int, ...]:
-        """The k's measured for a drafter (at one concurrency, if given)."""
+    def draft_lengths(
+        self, drafter: Drafter, concurrency: int | None = None, context_tokens: int | None = None
+    ) -> tuple[int, ...]:
+        """The k's measured for a drafter (at one concurrency and one context level, if given)."""
         return tuple(
             sorted(
                 {
                     lv.num_speculative_tokens
                     for lv in self.levels
-                    if lv.drafter == drafter and (concurrency is None or lv.concurrency == concurrency)
+                    if lv.drafter == drafter
+                    and (concurrency is None or lv.concurrency == concurrency)
+                    and (context_tokens is None or lv.context_tokens == context_tokens)
                 }
             )
         )
@@ -224,10 +237,42 @@ def fit_rig(levels: Sequence[LevelTiming], *, identity: RigIdentity, shape: Requ
             # a mean decode span over the level's requests: far steadier than a rate; its own error
             # is taken as the least a level's is
             relative_se=MIN_LEVEL_SE,
+            context_tokens=lv.context_tokens,
         )
         for lv in usable
     ]
     return Rig(identity=identity, shape=shape, levels=usable, model=fit_throughput_model(observations))
+
+
+def context_label(context_tokens: int) -> str:
+    """A context level as its workload names it: ``16k``, ``10000``."""
+    return context_variant_name("", context_tokens).removeprefix("@")
+
+
+def check_rig_context(rig: Rig, contexts: Sequence[int], *, what: str) -> str | None:
+    """Whether the rig can answer ``what`` at these context levels (0: the workload as it is).
+
+    A rig that measured no context level has no context in its step model: ConfigError, one line
+    saying what to do. One that measured some reads its model linearly in the context at any
+    other: the note that says so (None when every level asked was measured)."""
+    asked = sorted({c for c in contexts if c > 0})
+    if not asked:
+        return None
+    shown = ", ".join(context_label(c) for c in asked)
+    if not rig.context_levels:
+        raise ConfigError(
+            f"{what} asks for context {shown}, but the rig measured no context level, so its step model cannot "
+            "say what a context costs: build the rig from a study that measured context levels (measure.context, "
+            "or study --context), or ask without one."
+        )
+    missing = [c for c in asked if c not in rig.context_levels]
+    if not missing:
+        return None
+    measured = ", ".join(context_label(c) for c in rig.context_levels)
+    return (
+        f"context {', '.join(context_label(c) for c in missing)} was not measured on the rig (it measured "
+        f"{measured}): its step times there are the rig's model read linearly in the context."
+    )
 
 
 def decode_steps(num_drafts: float, level: LevelTiming | None) -> float:

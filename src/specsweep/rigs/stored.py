@@ -59,7 +59,10 @@ def level_timings(
 ) -> list[LevelTiming]:
     """Every level of one stored measurement (measurement_to_dict's shape, in the rig's units).
 
-    ``running`` names the configuration when no spec config is known (a server measured as it runs)."""
+    ``running`` names the configuration when no spec config is known (a server measured as it runs).
+    A context level's (``W@16k``) levels carry its context."""
+    workload = str(measurement.get("workload", ""))
+    context = parse_context_variant(workload)[1] or 0
     out = []
     for level in measurement.get("levels", []):
         records = [r for r in level.get("records", []) if r.get("error") is None and r.get("completion_tokens")]
@@ -83,9 +86,10 @@ def level_timings(
             completion_tokens=completion,
             decode_spans_s=spans,
             prompt_tokens=[float(r["prompt_tokens"]) for r in records if r.get("prompt_tokens")],
-            workload=str(measurement.get("workload", "")),
+            workload=workload,
             trial=trial,
             draft_share=draft_share(acceptance.get("num_drafts"), completion, per_step, level.get("counted_drafts")),
+            context_tokens=context,
         )
         if timing is not None:
             out.append(timing)
@@ -136,8 +140,8 @@ def study_level_timings(
     workloads: Sequence[str] | None = None,
 ) -> list[LevelTiming]:
     """Every measured level of every measured trial, from the trial files beside the study
-    (``settings`` receives the measure settings of the first one); a context level's only when
-    ``workloads`` names it."""
+    (``settings`` receives the measure settings of the first one), of the ``workloads`` named
+    (None: every one, context levels too: they give the step model its context parts)."""
     out: list[LevelTiming] = []
     for trial in trials:
         if not trial.measured:
@@ -148,8 +152,6 @@ def study_level_timings(
         for name, measurement in record.get("workloads", {}).items():
             if workloads is not None and name not in workloads:
                 continue
-            if workloads is None and parse_context_variant(name)[1] is not None:
-                continue  # a context level (W@16k): a rig's step model has no context in it
             if settings is not None and not settings:
                 settings.update(measurement.get("settings") or {})
             # studies stored before runtime/ undid the emulator's clock kept wall-clock request times

@@ -7,7 +7,9 @@ every smaller k follows from it). Further starts only for:
 - ``check``: the predicted optimum at the objective's concurrency, measured to compare.
 A k beyond the rig's range is covered by the largest-k start, which adds its step time.
 The rig must match the study's server config (engine, flags) and, once a server runs, its
-version and model; any difference is refused with the field named.
+version and model; any difference is refused with the field named. Context levels
+(``measure.context``) are answered from the rig's one step model read at each level, so only a
+rig that measured some context level can answer them (rigs/model.check_rig_context).
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, config
 from specsweep.config import StudyConfig
 from specsweep.errors import ConfigError
 from specsweep.rigs.file import RIG_FILE, check_identity, template_server_args, write_rig
-from specsweep.rigs.model import LevelTiming, Rig, RigIdentity, decode_steps, fit_rig
+from specsweep.rigs.model import (
+    LevelTiming,
+    Rig,
+    RigIdentity,
+    check_rig_context,
+    context_label,
+    decode_steps,
+    fit_rig,
+)
 from specsweep.rigs.stored import WorkloadOnRig, study_level_timings
 from specsweep.rigs.workload import (
     RigRecommendation,
@@ -32,6 +42,7 @@ from specsweep.tuning.events import Note, StudyEvent
 from specsweep.tuning.records import TrialRecord, read_trials
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import StudyPaths
+from specsweep.tuning.workloads import study_workloads
 from specsweep.types import Configuration, EventCallback
 
 
@@ -107,11 +118,7 @@ def run_rig_study(
     worker: str | None = None,
 ) -> RigStudyOutcome:
     """Measure what the rig cannot answer, then recommend per workload and concurrency from the rig."""
-    if config.measure.context:
-        raise ConfigError(
-            f"study --rig recommends from a rig, whose step model has no context in it: {config.source}'s "
-            "context levels (measure.context, --context) cannot be answered from it; drop them, or run without --rig."
-        )
+    context_note = check_rig_context(rig, config.measure.context, what=f"study {config.name!r}")
     check_config_against_rig(rig, config)
     emit = on_event or (lambda event: None)
     # Only the planned configurations run: nothing is queued when the study is created.
@@ -127,6 +134,8 @@ def run_rig_study(
             unchecked = _check_running_server(rig, read_trials(runner.study))
     trials = read_trials(runner.study, (optuna.trial.TrialState.COMPLETE,))
     merged, levels, notes = _merge(rig, trials, paths)
+    if context_note:
+        notes.insert(0, context_note.removesuffix(".") + ", besides this study's own levels there.")
     results = _recommend(merged, trials, levels, drafter, config)
     result_check = None
     if check and results:
@@ -177,13 +186,16 @@ def _check_running_server(rig: Rig, trials: list[TrialRecord]) -> tuple[str, ...
 
 
 def _merge(rig: Rig, trials: list[TrialRecord], paths: StudyPaths) -> tuple[Rig, list[LevelTiming], list[str]]:
-    """The rig plus this study's points where the rig had none (same k, level and drafter)."""
+    """The rig plus this study's points where the rig had none (same k, level, drafter and context)."""
     levels = study_level_timings(trials, paths.folder)
-    covered = {(lv.num_speculative_tokens, lv.concurrency, lv.drafter) for lv in rig.levels}
-    new = [lv for lv in levels if (lv.num_speculative_tokens, lv.concurrency, lv.drafter) not in covered]
+    covered = {(lv.num_speculative_tokens, lv.concurrency, lv.drafter, lv.context_tokens) for lv in rig.levels}
+    new = [
+        lv for lv in levels if (lv.num_speculative_tokens, lv.concurrency, lv.drafter, lv.context_tokens) not in covered
+    ]
     notes = [
         f"added to the rig: k={lv.num_speculative_tokens} at concurrency {lv.concurrency}"
-        f" ({'off' if lv.drafter is None else lv.drafter.method})"
+        + (f", context {context_label(lv.context_tokens)}" if lv.context_tokens else "")
+        + f" ({'off' if lv.drafter is None else lv.drafter.method})"
         for lv in new
     ]
     merged = fit_rig([*rig.levels, *new], identity=rig.identity, shape=rig.shape) if new else rig
@@ -197,7 +209,7 @@ def _recommend(
     high = config.search.num_speculative_tokens[1]
     by_number = {t.number: t for t in trials}
     out = []
-    for workload in config.workloads:
+    for workload in study_workloads(config):  # the plain workloads, then each at every context level
         at_top = [
             lv
             for lv in levels

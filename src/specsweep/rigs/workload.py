@@ -8,7 +8,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specsweep.analysis.drafters import Candidate, Drafter
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
@@ -30,10 +30,11 @@ class WorkloadTiming:
     completion_tokens: dict[int, float]  # concurrency -> M_W
     measured: dict[int, tuple[Candidate, float]]  # concurrency -> (running configuration, its measured rate)
     draft_share: dict[int, float] = field(default_factory=dict)  # concurrency -> q_W at the running k
+    context_tokens: int = 0  # the context level it was measured at (W@16k: 16384); the rig is read there
 
 
 def workload_timing(workload: str, levels: Sequence[LevelTiming]) -> WorkloadTiming:
-    """c_W and M_W per concurrency from a workload's measured levels (any k)."""
+    """c_W and M_W per concurrency from a workload's measured levels (any k, one context level)."""
     overhead: dict[int, list[float]] = {}
     completion: dict[int, list[float]] = {}
     measured: dict[int, tuple[Candidate, float]] = {}
@@ -51,6 +52,7 @@ def workload_timing(workload: str, levels: Sequence[LevelTiming]) -> WorkloadTim
         completion_tokens={b: sum(v) / len(v) for b, v in completion.items()},
         measured=measured,
         draft_share=shares,
+        context_tokens=max((lv.context_tokens for lv in levels), default=0),
     )
 
 
@@ -72,7 +74,10 @@ def workload_model(
     """The rig's levels as this workload would have run them: rates from its E_W(k), c_W and M_W.
 
     Only levels at a concurrency the workload was measured at, and of drafters it has
-    acceptance for (plus speculation off), are kept. The observations carry no workload name, so
+    acceptance for (plus speculation off), are kept, at every context level the rig measured: the
+    one model is fitted over them all and read at the workload's (``timing.context_tokens``), at
+    each of those concurrency levels, whether or not the rig measured it at that context (the
+    model reads the context linearly where not). The observations carry no workload name, so
     nothing in the model counts as a measured rate of this workload. Draft shares (module doc)
     carry W's per-step acceptance and step time from its running k to the rig's k's.
     ``run_noise``: what the rig's starts varied by, where its levels are derived, not measured:
@@ -108,6 +113,7 @@ def workload_model(
                 # a mean decode span over the level's requests: far steadier than a rate; its own error
                 # is taken as the least a level's is
                 relative_se=MIN_LEVEL_SE,
+                context_tokens=lv.context_tokens,
             )
         )
     if not observations:
@@ -115,7 +121,9 @@ def workload_model(
             f"the rig has no level at the concurrency levels {sorted(timing.overhead_s)} measured for "
             f"{timing.workload}; measure at the rig's levels {list(rig.concurrency_levels)}."
         )
-    return fit_throughput_model(observations, start_prior=run_noise)
+    model = fit_throughput_model(observations, start_prior=run_noise, context_tokens=timing.context_tokens)
+    # answered at every level the workload and the rig share, whichever contexts the rig measured it at
+    return replace(model, concurrency_levels=tuple(sorted({o.concurrency for o in observations})))
 
 
 def workload_acceptance_scale(
@@ -135,7 +143,11 @@ def _shared_step(rig: Rig, lv: LevelTiming, timing: WorkloadTiming) -> tuple[flo
     factor = scale.get(lv.num_speculative_tokens, 1.0)
     q_rig = 1.0 if lv.draft_share is None else lv.draft_share
     q_running = timing.draft_share.get(lv.concurrency)
-    off_steps = [o.decode_step_time_s for o in rig.levels if o.drafter is None and o.concurrency == lv.concurrency]
+    off_steps = [
+        o.decode_step_time_s
+        for o in rig.levels
+        if o.drafter is None and o.concurrency == lv.concurrency and o.context_tokens == lv.context_tokens
+    ]
     if q_rig <= 0 or q_running is None or not off_steps:
         return factor, lv.decode_step_time_s
     t_off = sum(off_steps) / len(off_steps)
@@ -190,7 +202,7 @@ def recommend_with_rig(
         fit = fits.get(choice.drafter) if choice.drafter is not None else None
         measured = fit.measured_positions if fit is not None else max(f.measured_positions for f in fits.values())
         needed = tuple(range(measured + 1, choice.num_speculative_tokens + 1))
-        known = rig.draft_lengths(choice.drafter, level) if choice.drafter is not None else ()
+        known = rig.draft_lengths(choice.drafter, level, timing.context_tokens) if choice.drafter is not None else ()
         out.append(
             RigRecommendation(
                 recommendation=rec,
