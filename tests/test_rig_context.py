@@ -5,8 +5,10 @@ that measured no context level refuses to answer one in one line."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specsweep.analysis.drafters import Drafter
@@ -165,3 +167,65 @@ def test_the_rig_shows_its_context_levels() -> None:
     shown = out.export_text()
     assert "concurrency 4 at context 64k, dspark (probabilistic): decode step ms k=1" in shown
     assert "concurrency 4, speculation off: decode step ms k=0" in shown
+
+
+def test_watch_reads_traffic_at_the_workloads_own_prompts_whatever_the_rigs_context_levels_cost() -> None:
+    """Watch predicts served traffic at context 0: a rig's context levels, whose requests also pay
+    their long prompt's prefill (2 s here), move neither the overhead it carries to the traffic nor
+    its predicted rates (against the same rig without them)."""
+    from specsweep.watch.prediction import predict_traffic
+
+    def slow_prefill(lv: LevelTiming) -> LevelTiming:
+        if not lv.context_tokens:
+            return lv
+        return replace(lv, output_tokens_per_s=lv.concurrency * M / (2.0 + lv.decode_span_s))
+
+    plain = rig_at((0,))
+    with_context = fit_rig([slow_prefill(lv) for lv in rig_at((0, 16384)).levels], identity=IDENTITY, shape=SHAPE)
+    fit = fit_acceptance(num_drafts=1e5, accepted_per_position=[s * 1e5 for s in ANSWERED], k_max=K_MAX)
+    rates = [
+        predict_traffic(
+            rig, DRAFTER, fit, weights={1: 0.5, 2: 0.5}, completion_tokens=M, running=None, k_max=K_MAX, seed=1
+        )
+        for rig in (plain, with_context)
+    ]
+    for batch in (1, 2):
+        assert rates[1].samples[batch].tokens_per_s == pytest.approx(rates[0].samples[batch].tokens_per_s, rel=0.01)
+
+
+@pytest.mark.parametrize("context", [0, 32768, 65536])
+def test_watch_reads_the_rig_at_the_served_context_and_gets_the_truths_best_k_there(context: int) -> None:
+    """Served prompts of 400 + C tokens: watch reads the rig's one step model at C (the context
+    beyond the rig's own prompts, from the prompt-token counter over finished requests), at a
+    batch size the rig measured (1) and one it carries between its levels (2)."""
+    from specsweep.analysis.drafters import OFF, Candidate
+    from specsweep.watch.prediction import predict_traffic, served_context
+
+    rig = rig_at((0, 16384, 65536))
+    rig = replace(rig, shape=replace(SHAPE, workloads={"technical": {"prompt_tokens": 400.0}}))
+    read, note = served_context((400.0 + context) * 30, 30, rig)
+    assert read == context
+    assert (note is None) if context == 0 else f"read at the served context: {context:,} tokens" in (note or "")
+    fit = fit_acceptance(num_drafts=1e5, accepted_per_position=[s * 1e5 for s in ANSWERED], k_max=K_MAX)
+    prediction = predict_traffic(
+        rig, DRAFTER, fit, weights={1: 1.0}, completion_tokens=M, running=None, k_max=K_MAX, context_tokens=read
+    )
+    sample = prediction.samples[1]
+    best = sample.candidates[int(np.argmax(sample.tokens_per_s))]
+    k = 0 if best == OFF else best.num_speculative_tokens
+    assert k == truth_best(1, context)
+    assert isinstance(best, Candidate) and prediction.context_tokens == context
+
+
+def test_watch_says_where_served_prompts_are_long_and_the_rig_cannot_read_a_context() -> None:
+    plain = replace(rig_at((0,)), shape=replace(SHAPE, workloads={"technical": {"prompt_tokens": 400.0}}))
+    assert served_context_of(plain, 450.0) == (0, None)  # as long as the rig's own: nothing to say
+    read, note = served_context_of(plain, 20400.0)
+    assert read == 0 and note is not None and "20,000 beyond the rig's own" in note
+    assert "measured no context level" in note
+
+
+def served_context_of(rig: Rig, prompt_tokens: float) -> tuple[int, str | None]:
+    from specsweep.watch.prediction import served_context
+
+    return served_context(prompt_tokens * 10, 10, rig)

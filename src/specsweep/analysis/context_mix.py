@@ -193,8 +193,8 @@ def mix_snippets(
         said = ", ".join(f"{labels[m]} {100 * weights[m]:.0f}%" for m in members)
         how = "measure.context_weight is 0: weighed evenly" if even else "as measure.context_weight weighs them"
         lines = [
-            f"one paste for every context (no engine takes a k per context): per batch size, the k fastest "
-            f"predicted over the context mix of {said} ({how})"
+            f"one paste for every context (no engine takes a k per context): per batch size, the k with the "
+            f"least expected loss over the context mix of {said} ({how})"
         ]
         for member in members:
             recs = {b: r for (w, b), r in by_cell.items() if w == member}

@@ -27,7 +27,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from specsweep.rigs.workload import WorkloadTiming, workload_acceptance_scale, w
 from specsweep.types import RunNoisePrior
 
 LEVEL_COMPLETION_TOKENS = 600.0  # any M works for a derived level: its step time is what it carries
+CONTEXT_WORTH_SAYING = 1024  # served prompts this much longer than the rig's own are said, where it cannot read them
 
 
 def concurrency_source(rig: Rig, concurrency: int) -> str:
@@ -56,7 +57,8 @@ def concurrency_source(rig: Rig, concurrency: int) -> str:
 
 
 def rig_at_concurrency(rig: Rig, concurrency: int) -> Rig:
-    """The rig's levels carried to batch size B (module doc); the rig itself where it measured B."""
+    """The rig's levels carried to batch size B (module doc), at each context level it measured;
+    the rig itself where it measured B."""
     levels = rig.concurrency_levels
     if concurrency in levels:
         return rig
@@ -68,9 +70,11 @@ def rig_at_concurrency(rig: Rig, concurrency: int) -> Rig:
         low = levels[levels.index(high) - 1]
     share = 0.0 if high == low else (concurrency - low) / (high - low)
     derived = []
-    keys = {(lv.drafter, lv.num_speculative_tokens) for lv in rig.levels}
-    for drafter, k in sorted(keys, key=lambda key: (key[0] is not None, key[0] or Drafter(method=""), key[1])):
-        low_end, high_end = _level_point(rig, drafter, k, low), _level_point(rig, drafter, k, high)
+    keys = {(lv.drafter, lv.num_speculative_tokens, lv.context_tokens) for lv in rig.levels}
+    for drafter, k, context in sorted(
+        keys, key=lambda key: (key[0] is not None, key[0] or Drafter(method=""), key[1], key[2])
+    ):
+        low_end, high_end = _level_point(rig, drafter, k, low, context), _level_point(rig, drafter, k, high, context)
         if low_end is None or high_end is None:
             continue
         (t0, c0, q0, n0), (t1, c1, q1, n1) = low_end, high_end
@@ -84,7 +88,7 @@ def rig_at_concurrency(rig: Rig, concurrency: int) -> Rig:
                 output_tokens_per_s=concurrency * LEVEL_COMPLETION_TOKENS / (overhead + span),
                 tokens_per_step=1.0, completion_tokens=LEVEL_COMPLETION_TOKENS, decode_span_s=span,
                 prompt_tokens=0.0, requests=n0 + n1, workload="",
-                draft_share=drafted,
+                draft_share=drafted, context_tokens=context,
             )
         )  # fmt: skip
     if not derived:
@@ -93,18 +97,25 @@ def rig_at_concurrency(rig: Rig, concurrency: int) -> Rig:
 
 
 def _level_point(
-    rig: Rig, drafter: Drafter | None, k: int, concurrency: int
+    rig: Rig, drafter: Drafter | None, k: int, concurrency: int, context: int = 0
 ) -> tuple[float, float, float | None, int] | None:
-    """(step time, overhead, draft share, requests) of the rig at (drafter, k, B), None if unmeasured."""
+    """(step time, overhead, draft share, requests) of the rig at (drafter, k, B, context), None if unmeasured."""
     mine = [lv for lv in rig.levels if lv.drafter == drafter and lv.num_speculative_tokens == k]
-    mine = [lv for lv in mine if lv.concurrency == concurrency]
+    mine = [lv for lv in mine if lv.concurrency == concurrency and lv.context_tokens == context]
     if not mine:
         return None
     requests = sum(lv.requests for lv in mine)
     overhead = sum(lv.request_overhead_s * lv.requests for lv in mine) / requests
     share = None if drafter is None else rig.draft_share(drafter, k, concurrency)
     candidate = OFF if drafter is None or not k else Candidate(drafter=drafter, num_speculative_tokens=k)
-    return rig.model.step_time_s(candidate, concurrency)[0], overhead, share, requests
+    model = replace(rig.model, context_tokens=context)  # the one fit, read at this context
+    return model.step_time_s(candidate, concurrency)[0], overhead, share, requests
+
+
+def _plain(levels: list[LevelTiming]) -> list[LevelTiming]:
+    """The levels at their workloads' own prompts, where there are any: traffic is read there (the
+    step model at context 0), and a context level's overhead is its long prompt's prefill."""
+    return [lv for lv in levels if not lv.context_tokens] or levels
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,6 +126,7 @@ class TrafficPrediction:
     weights: dict[int, float]  # batch size -> seconds it held per second of the span
     candidates: tuple[Candidate, ...]  # common to every batch size, off first when the rig has it
     sources: dict[int, str]  # batch size -> how the rig knows it (concurrency_source)
+    context_tokens: int = 0  # the context the rig's step model was read at
 
 
 def predict_traffic(
@@ -129,8 +141,10 @@ def predict_traffic(
     k_max: int,
     draws: int = 400,
     seed: int = 0,
+    context_tokens: int = 0,
 ) -> TrafficPrediction:
-    """Joint draws of every candidate's rate at each batch size in ``weights`` (B >= 1 only)."""
+    """Joint draws of every candidate's rate at each batch size in ``weights`` (B >= 1 only), the
+    rig's step model read at ``context_tokens`` (served_context)."""
     noise = RunNoisePrior(
         relative_sd=rig.model.posterior.start_sd, df=max(rig.model.posterior.df, 1), source="the rig's own starts"
     )
@@ -138,13 +152,14 @@ def predict_traffic(
     samples: dict[int, RateSample] = {}
     for batch in sorted(b for b, w in weights.items() if b >= 1 and w > 0):
         at_b = rig_at_concurrency(rig, batch)
-        overhead = [lv.request_overhead_s for lv in at_b.levels if lv.concurrency == batch]
+        overhead = [lv.request_overhead_s for lv in _plain([lv for lv in at_b.levels if lv.concurrency == batch])]
         timing = WorkloadTiming(
             workload="traffic",
             overhead_s={batch: sum(overhead) / len(overhead)},
             completion_tokens={batch: completion_tokens},
             measured={} if running is None else {batch: (running, 0.0)},
             draft_share={} if draft_share is None else {batch: draft_share},
+            context_tokens=context_tokens,
         )
         model = workload_model(at_b, points, timing, run_noise=noise)
         scale = workload_acceptance_scale(at_b, drafter, timing, batch, k_max)
@@ -160,7 +175,29 @@ def predict_traffic(
         weights={b: float(weights[b]) for b in samples},
         candidates=tuple(common),
         sources={b: concurrency_source(rig, b) for b in samples},
+        context_tokens=context_tokens,
     )
+
+
+def served_context(prompt_tokens: float | None, requests: float | None, rig: Rig) -> tuple[int, str | None]:
+    """The context level the traffic's steps read, as the rig's step model counts it (beyond its own
+    workloads' prompts), and a note: served prompts of ``prompt_tokens`` over ``requests`` finished.
+    A rig that measured no context level is read at its own prompts (0), and the note says so where
+    the traffic's prompts are a context level longer than the rig's."""
+    if not prompt_tokens or not requests or requests < 1:
+        return 0, None
+    own = [w["prompt_tokens"] for w in rig.shape.workloads.values() if w.get("prompt_tokens")]
+    beyond = max(round(prompt_tokens / requests - (sum(own) / len(own) if own else 0.0)), 0)
+    if not rig.context_levels:
+        if beyond < CONTEXT_WORTH_SAYING:
+            return 0, None
+        return 0, (
+            f"served prompts average {prompt_tokens / requests:,.0f} tokens, {beyond:,} beyond the rig's own; the rig "
+            "measured no context level, so its step times are read at its own prompts (build it from a study with "
+            "measure.context to read them at the served context)"
+        )
+    said = f"the rig's step model is read at the served context: {beyond:,} tokens beyond its own prompts"
+    return beyond, said if beyond else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,6 +24,7 @@ from specsweep.watch.prediction import (
     TrafficRecommendation,
     predict_traffic,
     recommend_for_traffic,
+    served_context,
 )
 from specsweep.watch.traffic import (
     ServedWindow,
@@ -183,6 +184,9 @@ def window_report(
     except FitError as exc:
         return replace(empty, notes=(*notes, f"no prediction: {exc}"))
     spec = _paste(recommendation, drafter, settings)
+    said = served_context(window.delta.prompt_tokens, window.finished_requests, rig)[1] if prediction else None
+    if said:
+        notes.append(said)
     for batch, source in sorted((prediction.sources if prediction else {}).items()):
         if source != "measured":
             notes.append(f"the rig's step time at batch size {batch} is {source} from its concurrency levels")
@@ -205,9 +209,11 @@ def _predict(
     share = None
     if acceptance.steps and window.delta.num_drafts and acceptance.steps > window.delta.num_drafts:
         share = window.delta.num_drafts / acceptance.steps
+    context, _ = served_context(window.delta.prompt_tokens, window.finished_requests, rig)
     return predict_traffic(
         rig, drafter, acceptance.fit, weights=weights, completion_tokens=completion, running=running,
         draft_share=share, k_max=acceptance.fit.k_max, draws=settings.draws, seed=settings.seed,
+        context_tokens=context,
     )  # fmt: skip
 
 
