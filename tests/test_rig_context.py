@@ -222,7 +222,7 @@ def test_watch_says_where_served_prompts_are_long_and_the_rig_cannot_read_a_cont
     assert served_context_of(plain, 450.0) == (0, None)  # as long as the rig's own: nothing to say
     read, note = served_context_of(plain, 20400.0)
     assert read == 0 and note is not None and "20,000 beyond the rig's own" in note
-    assert "measured no context level" in note
+    assert "measured no context level" in note and "--context 20k" in note  # 20,000 tokens: about 20k
 
 
 def served_context_of(rig: Rig, prompt_tokens: float) -> tuple[int, str | None]:

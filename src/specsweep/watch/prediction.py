@@ -193,8 +193,8 @@ def served_context(prompt_tokens: float | None, requests: float | None, rig: Rig
             return 0, None
         return 0, (
             f"served prompts average {prompt_tokens / requests:,.0f} tokens, {beyond:,} beyond the rig's own; the rig "
-            "measured no context level, so its step times are read at its own prompts (build it from a study with "
-            "measure.context to read them at the served context)"
+            "measured no context level, so its step times are read at its own prompts (a study with "
+            f"--context {max(round(beyond / 1024), 1)}k measures one there, and its rig reads the served context)"
         )
     said = f"the rig's step model is read at the served context: {beyond:,} tokens beyond its own prompts"
     return beyond, said if beyond else None
