@@ -202,7 +202,9 @@ def test_watch_reads_the_rig_at_the_served_context_and_gets_the_truths_best_k_th
     from specsweep.watch.prediction import predict_traffic, served_context
 
     rig = rig_at((0, 16384, 65536))
-    rig = replace(rig, shape=replace(SHAPE, workloads={"technical": {"prompt_tokens": 400.0}}))
+    # the rig's own prompts are its workload's as it is, not its context levels' (16k, 64k long)
+    own = {"technical": {"prompt_tokens": 400.0}, "technical@16k": {"prompt_tokens": 16784.0}}
+    rig = replace(rig, shape=replace(SHAPE, workloads=own))
     read, note = served_context((400.0 + context) * 30, 30, rig)
     assert read == context
     assert (note is None) if context == 0 else f"read at the served context: {context:,} tokens" in (note or "")

@@ -100,6 +100,8 @@ def mix_recommendation(
     least expected loss (recommendation.recommend_from_sample). ``idle``: configurations the
     engine runs as speculation off, no candidates of their own."""
     members = [m for m in recommendations if m in samples]
+    if not members:  # no context's draws kept: the first context's pick
+        return replace(next(iter(recommendations.values())), workload=workload)
     share = {m: weights.get(m, 0.0) for m in members}
     total = sum(share.values())
     share = {m: (w / total if total > 0 else 1.0 / len(members)) for m, w in share.items()}

@@ -41,6 +41,7 @@ from specsweep.errors import FitError
 from specsweep.rigs.model import LevelTiming, Rig, fit_rig
 from specsweep.rigs.workload import WorkloadTiming, workload_acceptance_scale, workload_model
 from specsweep.types import RunNoisePrior
+from specsweep.workload import parse_context_variant
 
 LEVEL_COMPLETION_TOKENS = 600.0  # any M works for a derived level: its step time is what it carries
 CONTEXT_WORTH_SAYING = 1024  # served prompts this much longer than the rig's own are said, where it cannot read them
@@ -186,7 +187,11 @@ def served_context(prompt_tokens: float | None, requests: float | None, rig: Rig
     the traffic's prompts are a context level longer than the rig's."""
     if not prompt_tokens or not requests or requests < 1:
         return 0, None
-    own = [w["prompt_tokens"] for w in rig.shape.workloads.values() if w.get("prompt_tokens")]
+    own = [  # the rig's workloads as they are: a context level's prompts are that level long
+        w["prompt_tokens"]
+        for name, w in rig.shape.workloads.items()
+        if w.get("prompt_tokens") and parse_context_variant(name)[1] is None
+    ]
     beyond = max(round(prompt_tokens / requests - (sum(own) / len(own) if own else 0.0)), 0)
     if not rig.context_levels:
         if beyond < CONTEXT_WORTH_SAYING:

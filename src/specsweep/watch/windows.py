@@ -175,7 +175,9 @@ def window_report(
                 )
                 return replace(empty, notes=(*notes, *why))
         else:
-            prediction = _predict(window, acceptance, settings, rig, drafter)
+            context, said = served_context(window.delta.prompt_tokens, window.finished_requests, rig)
+            prediction = _predict(window, acceptance, settings, rig, drafter, context)
+            notes.extend([said] if said else [])
             usable = [(window.duration_s, prediction)]
         recommendation = recommend_for_traffic(
             usable, running_k_at=_running_k_at(settings, acceptance.running_k), measured_k=acceptance.running_k,
@@ -184,9 +186,6 @@ def window_report(
     except FitError as exc:
         return replace(empty, notes=(*notes, f"no prediction: {exc}"))
     spec = _paste(recommendation, drafter, settings)
-    said = served_context(window.delta.prompt_tokens, window.finished_requests, rig)[1] if prediction else None
-    if said:
-        notes.append(said)
     for batch, source in sorted((prediction.sources if prediction else {}).items()):
         if source != "measured":
             notes.append(f"the rig's step time at batch size {batch} is {source} from its concurrency levels")
@@ -197,7 +196,12 @@ def window_report(
 
 
 def _predict(
-    window: ServedWindow, acceptance: WindowAcceptance, settings: WatchSettings, rig: Rig, drafter: Drafter
+    window: ServedWindow,
+    acceptance: WindowAcceptance,
+    settings: WatchSettings,
+    rig: Rig,
+    drafter: Drafter,
+    context: int,  # the served context the rig is read at (served_context)
 ) -> TrafficPrediction:
     observed = window.observed_s
     sets = max(window.label_sets, 1)
@@ -209,7 +213,6 @@ def _predict(
     share = None
     if acceptance.steps and window.delta.num_drafts and acceptance.steps > window.delta.num_drafts:
         share = window.delta.num_drafts / acceptance.steps
-    context, _ = served_context(window.delta.prompt_tokens, window.finished_requests, rig)
     return predict_traffic(
         rig, drafter, acceptance.fit, weights=weights, completion_tokens=completion, running=running,
         draft_share=share, k_max=acceptance.fit.k_max, draws=settings.draws, seed=settings.seed,
