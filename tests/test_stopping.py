@@ -16,6 +16,7 @@ from specsweep.analysis.stopping import (
     LevelTarget,
     Z,
     estimate_rate,
+    rate_quantile,
     request_step_time_s,
     stop_reason,
 )
@@ -149,9 +150,32 @@ def test_where_the_rate_decides_only_a_precise_rate_is_precise() -> None:
     records = drafted([2.0, 3.0, 2.5, 2.2])
     assert stop_reason(target(min_requests=4), records) == "precise"
     assert stop_reason(target(min_requests=4, rate_decides=True), records) is None
-    agreeing = drafted([2.5, 2.5, 2.52, 2.48])
+    agreeing = drafted([2.5, 2.5, 2.52, 2.48, 2.5])
     assert Z * estimate_rate(agreeing, 1).relative_se <= 0.03
     assert stop_reason(target(min_requests=4, rate_decides=True), agreeing) == "precise"
+
+
+def test_where_the_rate_decides_a_few_agreeing_prompts_are_not_enough() -> None:
+    """A lookup drafter's rate moves with each prompt's text: on a real llama-server (ngram-simple,
+    k = 4, technical) the workload's first two prompts drafted on 80% of the steps, twelve on 31%.
+    Two or four requests that agree are not a precise rate where it decides: the spread they show
+    rests on one and three degrees of freedom, so the half-width is Student's t, not z. Five that
+    agree are; where the step time decides, two agreeing ones still are."""
+    for n in (2, 4):
+        records = drafted([2.5] * n)
+        assert Z * estimate_rate(records, 1).relative_se <= 0.03
+        assert stop_reason(target(min_requests=2, rate_decides=True), records) is None
+        assert stop_reason(target(min_requests=2), records) == "precise"
+    assert stop_reason(target(min_requests=2, rate_decides=True), drafted([2.5] * 5)) == "precise"
+
+
+def test_the_rate_quantile_is_students_t_at_zs_level() -> None:
+    """Against printed t tables (two-sided 95%: 12.71 at 1 df, 2.776 at 4, 2.201 at 11; 98%: 31.82,
+    3.747, 2.718): z = 2 is one-sided 97.7%, between them; it tends to z as the requests grow."""
+    for requests, low, high in ((2, 12.71, 31.82), (5, 2.776, 3.747), (12, 2.201, 2.718)):
+        assert low < rate_quantile(requests) < high
+    assert rate_quantile(1) == float("inf")
+    assert Z < rate_quantile(200) < Z * 1.01
 
 
 def test_a_configuration_far_behind_the_best_stops_one_far_ahead_too_a_close_one_goes_on() -> None:

@@ -19,7 +19,10 @@ requests in flight (runtime/driver.py), when
   times (decode span over decode steps, the steps counted from the request's own fields): the
   fits take step times, and acceptance is the counters' part. Without counted steps se_T is se;
   where the decision rests on the rate as measured (``rate_decides``: a drafter that looks its
-  drafts up), only a precise rate is precise. docs/search.md says why, with the measured cases;
+  drafts up), only a precise rate is precise, and its half-width is Student's t on n - 1 degrees
+  of freedom rather than z: its requests' rates spread with how well each prompt's text matched,
+  and a few prompts that agree say little of the rest. docs/search.md says why, with the measured
+  cases;
 - or it reached ``max_requests``.
 
 It never stops before ``min_requests``: one request per stream at B >= 2, two at B = 1, and
@@ -35,6 +38,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+
+from scipy import stats
 
 from specsweep.types import RequestRecord
 
@@ -67,6 +73,7 @@ class RateEstimate:
     tokens_per_s: float
     relative_se: float
     step_time_relative_se: float
+    requests: int  # the answered requests it rests on
 
 
 def estimate_rate(records: Sequence[RequestRecord], concurrency: int) -> RateEstimate | None:
@@ -83,6 +90,7 @@ def estimate_rate(records: Sequence[RequestRecord], concurrency: int) -> RateEst
         tokens_per_s=concurrency * sum(rates) / len(rates),
         relative_se=relative_se,
         step_time_relative_se=step_se,
+        requests=len(answered),
     )
 
 
@@ -110,6 +118,15 @@ def _relative_se(values: Sequence[float]) -> float:
     return max(sd / mean if mean > 0 else 0.0, MIN_REQUEST_SD) / math.sqrt(len(values))
 
 
+@cache
+def rate_quantile(requests: int) -> float:
+    """Student's t on ``requests - 1`` degrees of freedom at z's one-sided level (z itself for a
+    large n; one request: infinite, it says nothing of the spread)."""
+    if requests < 2:
+        return math.inf
+    return float(stats.t.ppf(stats.norm.cdf(Z), requests - 1))
+
+
 def stop_reason(target: LevelTarget, records: Sequence[RequestRecord]) -> str | None:
     """Why the level can stop sending requests now, or None to go on."""
     sent = len(records)
@@ -120,14 +137,19 @@ def stop_reason(target: LevelTarget, records: Sequence[RequestRecord]) -> str | 
     estimate = estimate_rate(records, target.concurrency)
     if estimate is None:
         return None
+    # where the rate decides, its spread is the prompts' and n requests estimate it on n - 1 df
+    quantile = rate_quantile(estimate.requests) if target.rate_decides else Z
     if target.best_tokens_per_s is not None:
-        spread = Z * estimate.relative_se
+        spread = quantile * estimate.relative_se
         margin = Z * (target.best_noise if target.best_noise is not None else target.precision)
         if estimate.tokens_per_s * (1 + spread) < target.best_tokens_per_s * (1 - margin):
             return "cannot win"
         if estimate.tokens_per_s * (1 - spread) > target.best_tokens_per_s * (1 + margin):
             return "clearly ahead"
-    se = estimate.relative_se if target.rate_decides else min(estimate.step_time_relative_se, estimate.relative_se)
-    if Z * se <= target.precision:
+    if target.rate_decides:
+        half_width = quantile * estimate.relative_se
+    else:
+        half_width = Z * min(estimate.step_time_relative_se, estimate.relative_se)
+    if half_width <= target.precision:
         return "precise"
     return None
