@@ -6,7 +6,7 @@
 Two studies of one space, side by side in one run: speculation off and ``ngram-simple`` (lookup
 3) at k in ``--k``, prose and technical through /v1/completions at T = 0, concurrency 1, the
 model-guided search. ``fixed`` measures every level with ``--budget`` requests; ``adaptive``
-stops each level by analysis/stopping.py's rules, capped at ``--budget``. Printed per way: server
+stops each level by measurement/stopping.py's rules, capped at ``--budget``. Printed per way: server
 starts, requests per level and why levels stopped, wall minutes booting and measuring, and the
 recommendation per workload with its measured rate. The last line:
 

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.analysis.drafters import candidate_of
 from specsweep.analysis.step_fit import fit_step_model
 from specsweep.analysis.step_model import TAU_PRIOR, StepObservation
 from specsweep.emulator.profile import load_profile
+from specsweep.measurement.acceptance import expected_tokens_per_step
 from specsweep.types import CapturedWidths
 from sweep_efficiency import PROFILES, build_case
 

@@ -51,12 +51,12 @@ from typing import Any
 import numpy as np
 import optuna
 
-from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.config import SearchSpace
 from specsweep.emulator.model import compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import Profile, load_profile
 from specsweep.engines.registry import USUAL_RUN_NOISE
 from specsweep.engines.vllm import validate_speculative_config
+from specsweep.measurement.acceptance import expected_tokens_per_step
 from specsweep.tuning.records import (
     TrialTimes,
     decision_attrs,

@@ -41,12 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.builders import emulator_study, exact_rig, specsweep, write_study
 
-from specsweep.analysis.series import intervals_from_snapshots
 from specsweep.emulator.model import acceptance_curve
 from specsweep.emulator.profile import bundled_profile_names, load_profile
 from specsweep.emulator.traffic import load_schedule, window_tokens_per_s
 from specsweep.engines.registry import engine_info
 from specsweep.engines.vllm import validate_speculative_config
+from specsweep.measurement.series import intervals_from_snapshots
 from specsweep.rigs.file import RIG_FILE, load_rig
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
 from specsweep.runtime.modelled_time import ServerClock

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specsweep.analysis.stopping import LevelTarget
 from specsweep.config import parse_study_config
 from specsweep.engines import vllm
+from specsweep.measurement.stopping import LevelTarget
 from specsweep.runtime.measure import MeasureSettings, run_measure
 from specsweep.runtime.scraper import scrape_metrics
 from specsweep.tuning.records import read_trials

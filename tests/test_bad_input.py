@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specsweep.analysis.counters import counter_delta, summarize_acceptance
 from specsweep.config import KNOWN_KEYS, load_study_config, parse_study_config
 from specsweep.engines.registry import engine_info
 from specsweep.errors import ConfigError, MetricsError, WorkloadError
+from specsweep.measurement.counters import counter_delta, summarize_acceptance
 from specsweep.runtime.client import StreamingClient, _StreamTracker
 from specsweep.runtime.scraper import parse_metrics_text
 from specsweep.tuning.space import build_space, check_space

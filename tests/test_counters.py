@@ -6,10 +6,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specsweep.analysis.counters import counter_delta, summarize_acceptance
 from specsweep.engines.llamacpp import COUNTERS as LLAMA
 from specsweep.engines.vllm import COUNTERS as VLLM
 from specsweep.errors import MetricsError
+from specsweep.measurement.counters import counter_delta, summarize_acceptance
 from specsweep.runtime.scraper import parse_metrics_text
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from specsweep.analysis.acceptance import accepted_length_distribution, expected_tokens_per_step
 from specsweep.emulator.model import acceptance_curve, compute_truth, step_time_s
 from specsweep.emulator.profile import bundled_profile_names, load_profile
 from specsweep.engines.vllm import parse_speculative_config
+from specsweep.measurement.acceptance import accepted_length_distribution, expected_tokens_per_step
 
 REPORT_PROSE = [0.741, 0.538, 0.411, 0.291, 0.241]
 REPORT_TECHNICAL = [0.569, 0.347, 0.188, 0.069, 0.035]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specsweep.analysis.levels import summarize_level
+from specsweep.measurement.levels import summarize_level
 from specsweep.runtime.driver import LevelRun
 from specsweep.runtime.modelled_time import (
     ITL_TIME_SCALE_LIMIT,

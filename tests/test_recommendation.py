@@ -9,13 +9,13 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.analysis.drafters import OFF, Candidate, Drafter
 from specsweep.analysis.fits import fit_acceptance
 from specsweep.analysis.rates import RateSample, sample_rates
 from specsweep.analysis.recommendation import _reason, batch_size_table, recommend_draft_length
 from specsweep.analysis.throughput import ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
+from specsweep.measurement.acceptance import expected_tokens_per_step
 from specsweep.types import BatchSizeRange, SpeculativeConfig
 
 DSPARK = Drafter(method="dspark", draft_sample_method="probabilistic")

@@ -16,7 +16,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from specsweep.analysis.acceptance import accepted_length_distribution
 from specsweep.analysis.drafters import OFF, Candidate, Drafter, drafter_of
 from specsweep.analysis.recommendation import CandidateRate, Recommendation
 from specsweep.analysis.snippet_plan import plan_snippet
@@ -24,6 +23,7 @@ from specsweep.analysis.study import analyze_study
 from specsweep.emulator.model import acceptance_curve, compute_truth
 from specsweep.emulator.profile import load_profile
 from specsweep.engines.vllm import validate_speculative_config
+from specsweep.measurement.acceptance import accepted_length_distribution
 from specsweep.report.figures import TrialPoint, acceptance_figure_data, history_figure_data, throughput_figure_data
 from specsweep.report.snippets import render_snippet
 from specsweep.report.study_report import results_document, snippet_heading, write_report

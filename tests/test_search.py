@@ -12,15 +12,15 @@ import numpy as np
 import optuna
 import pytest
 
-from specsweep.analysis.acceptance import expected_tokens_per_step
-from specsweep.analysis.counters import AcceptanceSummary
 from specsweep.analysis.drafters import Drafter, configuration_label
-from specsweep.analysis.levels import level_drafted_share
 from specsweep.analysis.study import analyze_study
 from specsweep.analysis.throughput import study_observations
 from specsweep.config import SearchSpace, parse_study_config
 from specsweep.engines import llamacpp
 from specsweep.engines.registry import USUAL_RUN_NOISE
+from specsweep.measurement.acceptance import expected_tokens_per_step
+from specsweep.measurement.counters import AcceptanceSummary
+from specsweep.measurement.levels import level_drafted_share
 from specsweep.tuning.events import Planned
 from specsweep.tuning.records import read_trial, read_trials
 from specsweep.tuning.space import build_space

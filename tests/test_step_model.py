@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.analysis.drafters import Candidate, Drafter
 from specsweep.analysis.noise import noise_of
 from specsweep.analysis.rates import predict_throughput, sample_rates
@@ -29,6 +28,7 @@ from specsweep.analysis.step_model import (
 from specsweep.analysis.throughput import ThroughputObservation, fit_throughput_model
 from specsweep.engines.vllm_graphs import captured_widths
 from specsweep.errors import FitError
+from specsweep.measurement.acceptance import expected_tokens_per_step
 from specsweep.types import CapturedWidths, RunNoisePrior, SpeculativeConfig
 
 DSPARK = Drafter(method="dspark", draft_sample_method="probabilistic")

@@ -1,4 +1,4 @@
-"""Adaptive measurement: when a level has measured enough (analysis/stopping.py), against the math."""
+"""Adaptive measurement: when a level has measured enough (measurement/stopping.py), against the math."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from specsweep.analysis.levels import summarize_level
-from specsweep.analysis.stopping import (
+from specsweep.measurement.levels import summarize_level
+from specsweep.measurement.stopping import (
     MIN_REQUEST_SD,
     LevelTarget,
     Z,

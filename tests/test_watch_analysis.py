@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from specsweep.analysis.series import IntervalReader, SeriesNames, intervals_from_snapshots
 from specsweep.engines import llamacpp, sglang, vllm
 from specsweep.engines.registry import engine_from_metric_names, engine_info
+from specsweep.measurement.series import IntervalReader, SeriesNames, intervals_from_snapshots
 from specsweep.types import MetricsSnapshot
 from specsweep.watch.engines import series_names
 from specsweep.watch.traffic import split_windows, summarize_window, window_acceptance

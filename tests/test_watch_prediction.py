@@ -12,10 +12,10 @@ import pytest
 
 from specsweep.analysis.drafters import Candidate, Drafter
 from specsweep.analysis.rates import RateSample
-from specsweep.analysis.series import intervals_from_snapshots
 from specsweep.emulator.model import acceptance_curve
 from specsweep.emulator.profile import load_profile
 from specsweep.emulator.traffic import TrafficSchedule, TrafficWindow
+from specsweep.measurement.series import intervals_from_snapshots
 from specsweep.watch.figures import acceptance_by_window_data, concurrency_data, gain_data
 from specsweep.watch.prediction import TrafficPrediction, recommend_for_traffic
 from specsweep.watch.report import write_watch_report

@@ -12,8 +12,8 @@ import pytest
 from rich.console import Console
 from rich.live import Live
 
-from specsweep.analysis.series import intervals_from_snapshots
 from specsweep.cli.watch_printers import print_watch, watch_view
+from specsweep.measurement.series import intervals_from_snapshots
 from specsweep.report.snippets import render_snippet
 from specsweep.watch.windows import WatchReport, WatchSettings, analyse_windows
 

@@ -86,7 +86,7 @@ class MeasureConfig:
     """How each trial is measured."""
 
     concurrency: tuple[int, ...] = (1, 4)
-    requests: int | None = None  # a fixed budget per level; None: adaptive (analysis/stopping.py)
+    requests: int | None = None  # a fixed budget per level; None: adaptive (measurement/stopping.py)
     max_requests: int = 32  # adaptive: the most one level measures
     precision: float = 0.03  # adaptive: stop at a 95% half-width of this fraction (step time or rate)
     warmup: int | None = None

@@ -257,10 +257,10 @@ class LevelFigures:
     itl_p50_s: float | None = None
     itl_p99_s: float | None = None
     # per workload subcategory: requests, tokens, steps (and llama.cpp's drafted, accepted), summed
-    # (analysis/levels.acceptance_by_subcategory)
+    # (measurement/levels.acceptance_by_subcategory)
     by_subcategory: dict[str, dict[str, float]] | None = None
     # the share of decode steps that drafted, for a drafter that drafts only at some steps (a
-    # lookup drafts where the text matches; analysis/levels.level_drafted_share); None: every step
+    # lookup drafts where the text matches; measurement/levels.level_drafted_share); None: every step
     drafted_share: float | None = None
     # the mean prompt tokens of the level's answered requests, as the server counted them (usage);
     # a context level's (W@16k) is about its context (None: no usage, or studies from before it was kept)

@@ -1,1 +1,1 @@
-"""Pure math on counts and timings: acceptance, expected tokens per step, throughput."""
+"""The study's model, pure math: acceptance fits, the step-time model, rates, the one rule that picks."""

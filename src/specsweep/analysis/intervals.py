@@ -15,7 +15,7 @@ from functools import partial
 import numpy as np
 from scipy.stats import norm
 
-from specsweep.analysis.acceptance import conditional_from_unconditional
+from specsweep.measurement.acceptance import conditional_from_unconditional
 
 
 def z_value(confidence: float) -> float:

@@ -1,6 +1,6 @@
 """A latency target the recommendation keeps to: inter-token latency p99 within a limit.
 
-A configuration's ITL p99 is measured per workload and level (analysis/levels.py). Candidates
+A configuration's ITL p99 is measured per workload and level (measurement/levels.py). Candidates
 the study never measured have none, so the rule rests on the step time: a longer draft makes
 every verification step longer, and with it the gap between streamed chunks. Per drafter, k is
 kept up to the longest draft measured within the limit and below the shortest measured over it;

@@ -30,8 +30,8 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import expit, logit
 
-from specsweep.analysis.acceptance import expected_tokens_per_step
 from specsweep.analysis.decay import model_named, saturated_conditional, survival
+from specsweep.measurement.acceptance import expected_tokens_per_step
 
 if TYPE_CHECKING:
     from specsweep.analysis.fits import AcceptanceFit

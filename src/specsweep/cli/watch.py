@@ -13,12 +13,12 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
-from specsweep.analysis.series import intervals_from_snapshots
 from specsweep.cli.options import check_duration, check_url, one_of, seconds_of
 from specsweep.cli.watch_printers import print_watch, watch_view
 from specsweep.engines.registry import EngineInfo, max_num_seqs_flag
 from specsweep.engines.sglang import adaptive_line
 from specsweep.errors import ConfigError
+from specsweep.measurement.series import intervals_from_snapshots
 from specsweep.report.snippets import FORMATS, snippet_format_for
 from specsweep.rigs.file import check_server_against_rig, load_rig
 from specsweep.runtime.client import api_key_from_env

@@ -21,12 +21,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from specsweep.analysis.acceptance import accepted_length_distribution
 from specsweep.emulator.content import VOCABULARY
 from specsweep.emulator.metrics import Histogram
 from specsweep.emulator.model import acceptance_curve, prefill_time_s, step_time_s
 from specsweep.emulator.profile import Profile
 from specsweep.engines import vllm
+from specsweep.measurement.acceptance import accepted_length_distribution
 from specsweep.types import SpeculativeConfig
 
 CONTEXT_STEP = 64  # tokens: the resolution of a lookup drafter's acceptance by context

@@ -33,15 +33,15 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from specsweep.analysis.acceptance import (
+from specsweep.emulator.content import count_tokens
+from specsweep.emulator.profile import Profile
+from specsweep.engines.vllm import drafts_from_a_distribution
+from specsweep.measurement.acceptance import (
     accepted_length_distribution,
     conditional_from_unconditional,
     expected_tokens_per_step,
     unconditional_from_conditional,
 )
-from specsweep.emulator.content import count_tokens
-from specsweep.emulator.profile import Profile
-from specsweep.engines.vllm import drafts_from_a_distribution
 from specsweep.types import SpeculativeConfig
 from specsweep.workload import bundled_workload_names, load_workload
 

@@ -19,10 +19,10 @@ import optuna
 from specsweep import __version__
 from specsweep.analysis.drafters import Candidate, Drafter, candidate_of, find_drafter
 from specsweep.analysis.fits import AcceptanceFit
-from specsweep.analysis.levels import draft_share, tokens_per_step
 from specsweep.config import ServerConfig
 from specsweep.engines.registry import server_args_without_spec
 from specsweep.errors import ConfigError, FitError
+from specsweep.measurement.levels import draft_share, tokens_per_step
 from specsweep.rigs.file import template_server_args
 from specsweep.rigs.model import (
     LevelTiming,

@@ -10,12 +10,12 @@ from typing import Any
 
 import httpx
 
-from specsweep.analysis.counters import CounterDelta, counter_delta
-from specsweep.analysis.levels import LevelSummary, summarize_level
-from specsweep.analysis.stopping import LevelTarget, stop_reason
 from specsweep.engines import sglang
 from specsweep.engines.registry import EngineInfo, engine_from_metric_names, engine_info
 from specsweep.errors import MetricsError, RequestError
+from specsweep.measurement.counters import CounterDelta, counter_delta
+from specsweep.measurement.levels import LevelSummary, summarize_level
+from specsweep.measurement.stopping import LevelTarget, stop_reason
 from specsweep.runtime.client import AUTH_REFUSED, StreamingClient, auth_refused_message
 from specsweep.runtime.driver import PromptCycle, run_closed_loop, run_open_loop
 from specsweep.runtime.modelled_time import ServerClock, read_clock
@@ -73,7 +73,7 @@ class MeasureSettings:
     seed: int = 0
     timeout_s: float = 600.0
     extra_body: dict[str, Any] = field(default_factory=dict)
-    # Adaptive measurement (analysis/stopping.py): per concurrency, what the level must settle;
+    # Adaptive measurement (measurement/stopping.py): per concurrency, what the level must settle;
     # ``requests`` is then the most a level measures. None: every level measures ``requests``.
     targets: Mapping[int, LevelTarget] | None = None
 

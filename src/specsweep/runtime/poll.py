@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from specsweep.analysis.series import keep_names
 from specsweep.errors import MetricsError, RequestError
+from specsweep.measurement.series import keep_names
 from specsweep.runtime.modelled_time import read_clock
 from specsweep.runtime.scraper import scrape_metrics
 from specsweep.types import MetricsSnapshot

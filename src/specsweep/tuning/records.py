@@ -18,8 +18,8 @@ from typing import Any
 
 import optuna
 
-from specsweep.analysis.levels import acceptance_by_subcategory, level_drafted_share
-from specsweep.analysis.stopping import estimate_rate
+from specsweep.measurement.levels import acceptance_by_subcategory, level_drafted_share
+from specsweep.measurement.stopping import estimate_rate
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
 from specsweep.runtime.run_owner import RunOwner
@@ -88,7 +88,7 @@ def _prompt_tokens_mean(records: Sequence[RequestRecord]) -> float | None:
 
 def _precision(records: Sequence[RequestRecord], concurrency: int) -> float | None:
     """A level's own relative standard error from its requests' spread: of its step time, or of its
-    rate where that is the smaller (analysis/stopping.py), what the step-time model is fitted on."""
+    rate where that is the smaller (measurement/stopping.py), what the step-time model is fitted on."""
     estimate = estimate_rate(records, concurrency)
     return None if estimate is None else min(estimate.step_time_relative_se, estimate.relative_se)
 

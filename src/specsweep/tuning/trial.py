@@ -19,11 +19,11 @@ from typing import Any
 import optuna
 
 from specsweep.analysis.noise import run_to_run_noise
-from specsweep.analysis.stopping import LevelTarget
 from specsweep.analysis.study import measured_rates
 from specsweep.config import StudyConfig
 from specsweep.engines.registry import EngineInfo, engine_info, server_args_without_spec
 from specsweep.errors import ConfigError, LaunchError, SpecsweepError
+from specsweep.measurement.stopping import LevelTarget
 from specsweep.runtime.measure import MeasureEvent, Measurement, MeasureSettings, run_measure
 from specsweep.runtime.trial_server import StartedServer, TrialServer, server_secrets
 from specsweep.secrets import mask_text

@@ -9,9 +9,9 @@ import time
 from collections.abc import Sequence
 
 from specsweep.analysis.drafters import Drafter, find_drafter
-from specsweep.analysis.series import SeriesNames
 from specsweep.engines.registry import EngineInfo, engine_from_metric_names, engine_info
 from specsweep.errors import ConfigError, MetricsError
+from specsweep.measurement.series import SeriesNames
 from specsweep.rigs.model import Rig
 from specsweep.runtime.prometheus import PrometheusReader, default_step_s, label_matchers
 from specsweep.types import MetricsSnapshot, SpeculativeConfig

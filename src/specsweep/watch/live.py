@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specsweep.analysis.series import Interval, IntervalReader
 from specsweep.engines.registry import EngineInfo
 from specsweep.errors import FitError
+from specsweep.measurement.series import Interval, IntervalReader
 from specsweep.runtime.poll import PollMissed
 from specsweep.types import MetricsSnapshot
 from specsweep.watch.engines import detect_engine, series_names

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specsweep.analysis.series import Interval
+from specsweep.measurement.series import Interval
 from specsweep.report import document as doc
 from specsweep.report.figures import render_figure
 from specsweep.report.snippets import render_snippet

@@ -1,8 +1,8 @@
 """The traffic a server served, per window of time, from its counters and gauges alone.
 
-A window sums the intervals (analysis/series.py) that end inside it:
+A window sums the intervals (measurement/series.py) that end inside it:
 
-- counter growth as a CounterDelta (analysis/counters.py): acceptance S_i = per_pos[i-1] / drafts;
+- counter growth as a CounterDelta (measurement/counters.py): acceptance S_i = per_pos[i-1] / drafts;
 - the running draft length k0: the per-position series the server publishes (vLLM and llama.cpp
   publish positions 0..k-1 from the start), else draft tokens / drafts;
 - the concurrency it ran at: each sample of the running-requests gauge stands for the time since
@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specsweep.analysis.aggregate import fit_aggregate_acceptance
-from specsweep.analysis.counters import CounterDelta
 from specsweep.analysis.fits import AcceptanceFit, fit_acceptance
-from specsweep.analysis.series import Interval, SeriesNames
+from specsweep.measurement.counters import CounterDelta
+from specsweep.measurement.series import Interval, SeriesNames
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 
 from specsweep.analysis.drafters import Candidate, Drafter, drafter_fields
 from specsweep.analysis.recommendation import batch_size_table
-from specsweep.analysis.series import Interval, SeriesNames
 from specsweep.analysis.snippet_plan import UNKNOWN_MAX_NUM_SEQS
 from specsweep.errors import FitError
+from specsweep.measurement.series import Interval, SeriesNames
 from specsweep.rigs.model import Rig
 from specsweep.types import BatchSizeRange, ClockName, SpeculativeConfig
 from specsweep.watch.prediction import (

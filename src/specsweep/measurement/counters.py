@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specsweep.analysis.acceptance import conditional_from_unconditional
 from specsweep.errors import MetricsError
+from specsweep.measurement.acceptance import conditional_from_unconditional
 from specsweep.types import CounterNames, MetricsSnapshot
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specsweep.analysis.counters import position_label
+from specsweep.measurement.counters import position_label
 from specsweep.types import CounterNames, MetricsSnapshot
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsweep.analysis.counters import AcceptanceSummary, CounterDelta, summarize_acceptance
+from specsweep.measurement.counters import AcceptanceSummary, CounterDelta, summarize_acceptance
 from specsweep.types import RequestRecord
 
 
