@@ -145,6 +145,7 @@ def window_json(report: WindowReport, fmt: str) -> dict[str, Any]:
             "end": w.end,
             "generation_tokens_per_s": report.observed_tokens_per_s,
             "finished_requests": w.finished_requests,
+            "prompt_tokens": w.delta.prompt_tokens,  # served prompt tokens: per finished request, its context
             "concurrency": {str(b): s for b, s in w.concurrency_shares().items()},
             "waiting_mean": w.waiting_mean,
             "resets": w.resets,
@@ -206,6 +207,22 @@ def watch_json(report: WatchReport, fmt: str) -> dict[str, Any]:
         "changes": list(report.changes),
         "notes": list(report.notes),
     }
+
+
+def served_lengths(results: Any) -> list[tuple[float, float]] | None:
+    """What watch's ``results.json`` says of the contexts served: per window, its prompt tokens per
+    finished request, weighted by the finished requests (windows that counted neither left out);
+    None: not a watch results.json."""
+    if not isinstance(results, dict) or not isinstance(results.get("windows"), list):
+        return None
+    out = []
+    for window in results["windows"]:
+        if not isinstance(window, dict):
+            continue
+        tokens, done = window.get("prompt_tokens"), window.get("finished_requests")
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in (tokens, done)) and done >= 1:
+            out.append((tokens / done, float(done)))
+    return out
 
 
 def interval_json(interval: Interval, report: WatchReport | None, fmt: str) -> dict[str, Any]:
