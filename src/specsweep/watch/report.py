@@ -219,10 +219,14 @@ def served_lengths(results: Any) -> list[tuple[float, float]] | None:
     for window in results["windows"]:
         if not isinstance(window, dict):
             continue
-        tokens, done = window.get("prompt_tokens"), window.get("finished_requests")
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in (tokens, done)) and done >= 1:
-            out.append((tokens / done, float(done)))
+        tokens, done = (_number(window.get(key)) for key in ("prompt_tokens", "finished_requests"))
+        if tokens is not None and done is not None and done >= 1:
+            out.append((tokens / done, done))
     return out
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def interval_json(interval: Interval, report: WatchReport | None, fmt: str) -> dict[str, Any]:
