@@ -17,7 +17,7 @@ from specsweep.report.figures import render_figure
 from specsweep.report.snippets import render_snippet
 from specsweep.runtime.store import finite_json, make_folder, write_atomic, write_json_atomic
 from specsweep.watch.figures import acceptance_by_window_data, concurrency_data, gain_data
-from specsweep.watch.prediction import ConfigRate, TrafficRecommendation
+from specsweep.watch.prediction import UNREAD_CONTEXT, ConfigRate, TrafficRecommendation
 from specsweep.watch.windows import WatchReport, WindowReport
 
 
@@ -223,6 +223,14 @@ def served_lengths(results: Any) -> list[tuple[float, float]] | None:
         if tokens is not None and done is not None and done >= 1:
             out.append((tokens / done, done))
     return out
+
+
+def context_from_line(report: WatchReport, folder: Path) -> str | None:
+    """Where a window's served prompts were longer than the rig could read: the study that measures
+    the contexts served, levels and weights from the results.json written in ``folder``."""
+    if not any(note.startswith(UNREAD_CONTEXT) for w in report.windows for note in w.notes):
+        return None
+    return f"measure at the contexts served: specsweep study --context-from {folder}"
 
 
 def _number(value: Any) -> float | None:
