@@ -166,6 +166,15 @@ def test_the_flags_and_keys_that_give_levels_exclude_each_other(tmp_path: Path) 
     assert "50% of each workload's weight, one share per level" in flat
 
 
+def test_a_flag_replaces_the_files_levels_and_their_shares(tmp_path: Path) -> None:
+    data = emulator_study("w")
+    data["measure"] |= {"context": [8192, 16384], "context_shares": [0.3, 0.2]}
+    path = write_study(tmp_path / "w.toml", data)
+    dry = specsweep("study", "--config", str(path), "--context", "4k", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "weight 0 (measured and reported" in " ".join(dry.stdout.split())  # the file's shares went with its levels
+
+
 def test_workloads_import_says_the_lengths_and_the_study_at_their_mix(tmp_path: Path) -> None:
     path = _prompt_file(tmp_path / "mine.jsonl", [30] * 6 + [8192] * 4)
     done = specsweep("workloads", "import", str(path), "--out", str(tmp_path / "out"), cwd=tmp_path)
