@@ -199,3 +199,35 @@ def test_a_value_no_run_could_use_is_refused_in_one_line_naming_its_key(
 def test_a_positive_wall_time_and_a_rooted_ready_path_are_kept() -> None:
     config = parse_study_config({"study": {"name": "s", "wall_time_s": 90}, "server": {"ready_path": "/v1/models"}})
     assert config.wall_time_s == 90.0 and config.server.ready_path == "/v1/models"
+
+
+# -- context levels: by hand, with their shares, or from the user's own traffic -----------------
+
+
+@pytest.mark.parametrize(
+    ("measure", "said"),
+    [
+        ({"context": [8192], "context_shares": [0.3, 0.2]}, "measure.context_shares has 2 shares for 1 context levels"),
+        ({"context_shares": [0.3]}, "measure.context_shares has 1 shares for 0 context levels"),
+        ({"context": [8192, 16384], "context_shares": [0.5, -0.1]}, "measure.context_shares must be shares of 0 or"),
+        ({"context": [8192, 16384], "context_shares": [0.7, 0.4]}, "measure.context_shares must be shares of 0 or"),
+        ({"context": [8192], "context_shares": ["a"]}, "measure.context_shares must be a list of shares"),
+        ({"context": [8192], "context_shares": [0.3], "context_weight": 0.3}, "measure.context_weight and"),
+        ({"context_from": "mine.jsonl", "context": [8192]}, "measure.context_from gives the context levels"),
+        ({"context_from": "mine.jsonl", "context_weight": 0.2}, "leave out measure.context_weight"),
+        ({"context_from": "mine.jsonl", "context_shares": []}, "leave out measure.context_shares"),
+        ({"context_from": 3}, "measure.context_from must be"),
+    ],
+)  # fmt: skip
+def test_context_shares_and_context_from_are_refused_in_one_line(measure: dict, said: str) -> None:
+    with pytest.raises(ConfigError, match=f"^s\\.toml: .*{re.escape(said)}") as refused:
+        parse_study_config({"study": {"name": "s"}, "measure": measure}, source="s.toml")
+    assert "\n" not in str(refused.value)
+
+
+def test_context_shares_and_context_from_are_kept_as_written() -> None:
+    measure = {"context": [8192, 16384], "context_shares": [0.3, 0.7]}
+    config = parse_study_config({"study": {"name": "s"}, "measure": measure})
+    assert config.measure.context_shares == (0.3, 0.7) and config.measure.context_from is None
+    config = parse_study_config({"study": {"name": "s"}, "measure": {"context_from": "traffic/results.json"}})
+    assert config.measure.context_from == "traffic/results.json" and config.measure.context == ()

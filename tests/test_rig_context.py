@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -225,6 +226,12 @@ def test_watch_says_where_served_prompts_are_long_and_the_rig_cannot_read_a_cont
     read, note = served_context_of(plain, 20400.0)
     assert read == 0 and note is not None and "20,000 beyond the rig's own" in note
     assert "measured no context level" in note and "--context 20k" in note  # 20,000 tokens: about 20k
+    # with --out, watch names the study that measures the contexts served, from what it wrote
+    from specsweep.watch.report import context_from_line
+
+    said = context_from_line(SimpleNamespace(windows=[SimpleNamespace(notes=(note,))]), Path("seen"))  # type: ignore[arg-type]
+    assert said == "measure at the contexts served: specsweep study --context-from seen"
+    assert context_from_line(SimpleNamespace(windows=[SimpleNamespace(notes=())]), Path("seen")) is None  # type: ignore[arg-type]
 
 
 def served_context_of(rig: Rig, prompt_tokens: float) -> tuple[int, str | None]:

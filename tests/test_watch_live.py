@@ -20,6 +20,7 @@ from specsweep.emulator.profile import load_profile
 from specsweep.emulator.traffic import load_schedule
 from specsweep.rigs.file import write_rig
 from specsweep.runtime.launcher import ServerProcess, emulator_argv, free_port
+from specsweep.watch.report import served_lengths
 
 from .builders import exact_rig, specsweep
 from .watch_truth import PROFILE, RUNNING, TEMPERATURE, assert_acceptance_matches, spec, true_rates
@@ -132,6 +133,9 @@ def test_live_watch_without_a_rig_gives_acceptance_and_how_to_get_a_rig(start_em
     curve = acceptance_curve(load_profile(PROFILE), "technical", spec(5), TEMPERATURE)
     assert_acceptance_matches(first["acceptance"]["per_position"], curve)
     assert any("no rig" in note and "specsweep study" in note for note in span["notes"])
+    # what study --context-from reads of a window: the server's prompt tokens per finished request
+    sample = served_lengths(span)
+    assert sample and all(100 < length < 1500 for length, _ in sample), sample
     assert "no rig: acceptance and load only" in result.stderr
     assert "recommended" not in result.stderr
 

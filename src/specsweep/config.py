@@ -8,6 +8,7 @@ against, is derived from them. Names that become paths are checked by ``specswee
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,13 @@ class MeasureConfig:
     # The share of each workload's weight its context levels take in the objective, split evenly
     # between them; 0: they are measured and reported but weigh nothing in the search.
     context_weight: float = 0.0
+    # Each level's own share of its workload's weight (one per level, summing to at most 1; the
+    # plain workload keeps the rest); (): context_weight split evenly. Instead of context_weight.
+    context_shares: tuple[float, ...] = ()
+    # A file of the user's own prompts (any workload format) or a watch results.json (or its
+    # folder): the levels and their shares come from its lengths (context_shares.py), resolved
+    # by the study command. Instead of context and context_shares.
+    context_from: str | None = None
 
     @property
     def most_requests(self) -> int:
@@ -318,13 +326,48 @@ def _parse_measure(table: RecordTable) -> MeasureConfig:
             f"{table.source}: measure.context_weight is the share of a workload's weight its context levels "
             f"take, from 0 to 1 (got {context_weight!r})."
         )
+    context_from = table.get("context_from", str)
+    given = [key for key in ("context", "context_weight", "context_shares") if key in table.values]
+    if context_from is not None and given:
+        raise ConfigError(
+            f"{table.source}: measure.context_from gives the context levels and their shares; leave out "
+            f"measure.{given[0]}, or measure.context_from."
+        )
+    if "context_weight" in table.values and "context_shares" in table.values:
+        raise ConfigError(
+            f"{table.source}: measure.context_weight and measure.context_shares both weigh the context levels; "
+            "keep one (context_shares: one share per level)."
+        )
+    levels_at = _check_levels(context, f"{table.source}: measure.context") if context else ()
+    shares = check_context_shares(table.raw("context_shares"), levels_at, f"{table.source}: measure.context_shares")
     return MeasureConfig(
         concurrency=_check_levels(levels, f"{table.source}: measure.concurrency"),
         timeout_s=check_positive(table.get("timeout_s", float), "measure.timeout_s", table.source),
-        context=_check_levels(context, f"{table.source}: measure.context") if context else (),
+        context=levels_at,
         context_weight=context_weight,
+        context_shares=shares,
+        context_from=context_from,
         **v,
     )
+
+
+def check_context_shares(shares: Any, levels: tuple[int, ...], where: str) -> tuple[float, ...]:
+    """Each context level's share of its workload's weight: one per level, none negative, summing
+    to at most 1 (the plain workload keeps the rest); [] for none."""
+    if not isinstance(shares, list | tuple) or any(
+        isinstance(s, bool) or not isinstance(s, int | float) or not math.isfinite(s) for s in shares
+    ):
+        raise ConfigError(f"{where} must be a list of shares, one per context level, e.g. [0.3, 0.2].")
+    if not shares:
+        return ()
+    if len(shares) != len(levels):
+        raise ConfigError(f"{where} has {len(shares)} shares for {len(levels)} context levels; give one per level.")
+    if any(s < 0 for s in shares) or sum(shares) > 1 + 1e-9:
+        raise ConfigError(
+            f"{where} must be shares of 0 or more summing to at most 1 (the plain workload keeps the rest); "
+            f"got {list(shares)!r}."
+        )
+    return tuple(float(s) for s in shares)
 
 
 def _parse_objective(table: RecordTable) -> Objective:

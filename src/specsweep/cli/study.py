@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from specsweep.analysis.drafters import configuration_label
+from specsweep.cli.context_from import apply_context_from
 from specsweep.cli.context_room import refuse_context_levels
 from specsweep.cli.options import check_finite, check_levels
 from specsweep.cli.plan_printer import print_plan
@@ -93,6 +94,7 @@ EXAMPLES = (
     "specsweep study --workload technical --concurrency 1,4,16 --max-tokens 300 --temperature 0.6 --dry-run",
     "specsweep study --config studies/dgx-spark.toml --requests 16 --dry-run",
     "specsweep study --workload technical --context 16k,64k",
+    "specsweep study --workload technical --context-from prompts.jsonl --dry-run",
 )
 
 
@@ -130,6 +132,12 @@ def study(
         None,
         help="Context levels in prompt tokens, e.g. 16384,65536 or 16k,64k: each workload W is also measured as "
         "W@16k, W@64k in the same starts; overrides measure.context (default: the config's, none).",
+    ),
+    context_from: str = typer.Option(
+        None,
+        "--context-from",
+        help="Context levels and their weights from your own traffic: a file of prompts (any format workloads "
+        "import reads) or a watch --out folder; overrides measure.context and its weights.",
     ),
     requests: int = typer.Option(
         None,
@@ -190,8 +198,15 @@ def study(
     chosen = override_measure(
         chosen, concurrency=concurrency, requests=requests, max_tokens=max_tokens, temperature=temperature
     )
-    if context is not None:
-        chosen = replace(chosen, measure=replace(chosen.measure, context=parse_context(context)))
+    if context is not None and context_from is not None:
+        raise ConfigError("--context and --context-from both give the context levels; pass one of them.")
+    if context is not None:  # the file's levels, and their shares, are replaced
+        levels = parse_context(context)
+        chosen = replace(chosen, measure=replace(chosen.measure, context=levels, context_shares=(), context_from=None))
+    said = None  # the levels from the user's traffic, in one line
+    if (from_path := context_from or chosen.measure.context_from) is not None:
+        where = "--context-from" if context_from else f"{chosen.source}: measure.context_from"
+        chosen, said = apply_context_from(chosen, from_path, where=where)
     if tolerance is not None:
         chosen = replace(chosen, tolerance=tolerance)
     if max_itl_p99 is not None:
@@ -200,17 +215,19 @@ def study(
         load_profile(chosen.server.emulator.profile)  # a wrong profile fails here, not in every trial's start
     try:
         refuse_what_no_server_answers(chosen, key="--max-tokens" if max_tokens is not None else "measure.max_tokens")
-        refuse_context_levels(
-            chosen, known_max_model_len(chosen.server), key="--context" if context is not None else "measure.context"
-        )
+        key = "--context" if context is not None else "--context-from" if context_from else "measure.context"
+        key = "measure.context_from" if key == "measure.context" and said else key
+        refuse_context_levels(chosen, known_max_model_len(chosen.server), key=key)
     except ConfigError as exc:
-        if max_tokens is None and context is None:
+        if max_tokens is None and context is None and context_from is None:
             raise
         raise typer.BadParameter(str(exc)) from None  # a usage error: click adds the command's usage line
+    out = fitted_console()
     if dry_run:
+        if said:
+            out.print(said, markup=False)
         print_plan(Console(soft_wrap=True), plan_study(chosen))
         return
-    out = fitted_console()
     paths = study_paths(chosen, studies_dir, storage)
     shared = is_shared(paths.storage)
     worker = worker or default_worker()
@@ -226,6 +243,8 @@ def study(
     progress = StudyProgress(out, rows, verbose=verbose)
     if rig is not None:
         loaded = load_rig(rig)
+        if said:
+            out.print(said, markup=False)
         with progress:
             result = run_rig_study(chosen, paths, loaded, check=check, resume=resume, on_event=progress, worker=worker)
         print_rig_study(out, result, rig)
@@ -236,6 +255,8 @@ def study(
         out, chosen, size=runner.space.size(), storage=redact_password(paths.storage), built_in=config is None,
         extra=f"; worker {worker}, {len(runner.study.trials)} trials in the study so far" if shared else "",
     )  # fmt: skip
+    if said:
+        out.print(said, markup=False)
     if continuing:
         out.print(continuing)
     with progress:

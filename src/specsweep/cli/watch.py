@@ -34,8 +34,15 @@ from specsweep.watch.engines import (
     watch_drafter,
 )
 from specsweep.watch.live import LiveWatch
-from specsweep.watch.report import interval_json, watch_json, window_json, write_watch_report
-from specsweep.watch.windows import WatchSettings, analyse_windows
+from specsweep.watch.report import (
+    WatchFiles,
+    context_from_line,
+    interval_json,
+    watch_json,
+    window_json,
+    write_watch_report,
+)
+from specsweep.watch.windows import WatchReport, WatchSettings, analyse_windows
 
 
 def _moment(text: str, flag: str) -> float:
@@ -194,7 +201,7 @@ def watch(
         print_watch(out, result, chosen_format, source=f"{shown} {selector or '{}'}", unchecked=unchecked)
         if report is not None:
             files = write_watch_report(result, report, source=shown, fmt=chosen_format)
-            out.print(f"wrote {files.markdown}, {files.html}, {files.results} and {len(files.figures)} figures")
+            _say_files(out, result, files)
         return
     _live(
         endpoint, settings_for, engine=engine, interval_s=seconds_of(interval, flag="--interval"),
@@ -236,4 +243,10 @@ def _live(endpoint, settings_for, *, engine, interval_s, duration_s, json_lines,
     print_watch(out, result, chosen_format, source=shown, unchecked=unchecked)
     if report is not None:
         files = write_watch_report(result, report, source=shown, fmt=chosen_format)
-        out.print(f"wrote {files.markdown}, {files.html}, {files.results} and {len(files.figures)} figures")
+        _say_files(out, result, files)
+
+
+def _say_files(out: Console, result: WatchReport, files: WatchFiles) -> None:
+    out.print(f"wrote {files.markdown}, {files.html}, {files.results} and {len(files.figures)} figures")
+    if (line := context_from_line(result, files.folder)) is not None:
+        out.print(line, highlight=False)

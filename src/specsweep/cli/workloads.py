@@ -9,10 +9,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specsweep.cli.context_from import shares_text
+from specsweep.context_prompts import own_tokens
+from specsweep.context_shares import length_summary, prompt_lengths, shares_from_lengths
 from specsweep.errors import ConfigError
 from specsweep.names import check_name, file_part
 from specsweep.runtime.store import write_atomic
-from specsweep.workload import bundled_workload_names, load_workload, workload_jsonl
+from specsweep.workload import Workload, bundled_workload_names, load_workload, workload_jsonl
 
 # Command lines that --help shows as examples (tests/test_cli_help.py parses each).
 EXAMPLES = (
@@ -53,6 +56,7 @@ def workloads(
         console.print(
             f"wrote {target} ({len(workload.prompts)} prompts, read as {workload.format}); use --workload {target}"
         )
+        _print_lengths(console, workload, target)
         return
     if out is not None or name is not None:
         raise ConfigError("--out and --name go with import: specsweep workloads import FILE [--out DIR].")
@@ -72,3 +76,21 @@ def _print_table(console: Console, loaded, *, title: str | None) -> None:
         subcategories = ", ".join(f"{tag or '-'} {count}" for tag, count in sorted(workload.subcategories().items()))
         table.add_row(workload.name, str(len(workload.prompts)), subcategories, workload.format, workload.source)
     console.print(table)
+
+
+def _print_lengths(console: Console, workload: Workload, target: Path) -> None:
+    """The imported prompts' lengths in one line; where they are long enough to make context levels
+    beside the bundled workloads' prompts, the study that measures at their mix."""
+    lengths = prompt_lengths(workload)
+    summary = length_summary(lengths)
+    if summary is None:
+        return
+    p50, p90, longest = summary
+    console.print(f"prompt lengths: p50 {p50:,.0f}, p90 {p90:,.0f}, max {longest:,.0f} tokens", highlight=False)
+    bundled = [own_tokens(load_workload(name)) for name in bundled_workload_names()]
+    shares = shares_from_lengths(lengths, sum(bundled) / len(bundled))
+    if shares.levels:
+        console.print(
+            f"measure at this mix ({shares_text(shares)}): specsweep study --context-from {target}",
+            highlight=False,
+        )

@@ -157,11 +157,13 @@ def _context_line(config: StudyConfig) -> str | None:
         return None
     first = next(iter(config.workloads))
     names = ", ".join(context_variant_name(first, level) for level in m.context)
-    weight = (
-        f"{100 * m.context_weight:g}% of each workload's weight, split between them"
-        if m.context_weight
-        else "weight 0 (measured and reported, not in the objective)"
-    )
+    if m.context_shares:
+        each = ", ".join(f"{100 * share:.3g}%" for share in m.context_shares)
+        weight = f"{each} of each workload's weight, one share per level"
+    elif m.context_weight:
+        weight = f"{100 * m.context_weight:g}% of each workload's weight, split between them"
+    else:
+        weight = "weight 0 (measured and reported, not in the objective)"
     return (
         f"{', '.join(f'{level:,}' for level in m.context)} tokens: each workload also as {names}"
         f"{', ...' if len(config.workloads) > 1 else ''} in the same starts, after its plain levels, every "

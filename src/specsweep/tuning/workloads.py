@@ -2,9 +2,11 @@
 
 A context level (``measure.context``) is a variant of a workload, named ``W@16k``
 (``workload.context_variant_name``), measured in the same start after the plain workloads and
-stored, weighed and reported as a workload of its own. Its weight in the objective is its
-workload's share ``measure.context_weight`` split evenly over the levels; the plain workload
-keeps the rest (by default all of it: the variants are measured and reported, and weigh 0).
+stored, weighed and reported as a workload of its own. Its weight in the objective is its own
+share of its workload's weight (``measure.context_shares``, which ``--context-from`` fills from
+the user's own traffic), or else ``measure.context_weight`` split evenly over the levels; the
+plain workload keeps the rest (by default all of it: the variants are measured and reported,
+and weigh 0).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from specsweep.workload import Workload, context_variant_name, load_workload
 def study_workloads(config: StudyConfig) -> dict[str, float]:
     """Every workload the study measures -> its weight in the objective: the plain ones first, in
     the file's order, then each context level (shortest first) of each of them."""
-    levels = config.measure.context
-    share = config.measure.context_weight if levels else 0.0
-    out = {name: weight * (1.0 - share) for name, weight in config.workloads.items()}
-    for level in levels:
+    m = config.measure
+    levels = m.context
+    shares = m.context_shares or tuple(m.context_weight / len(levels) for _ in levels)
+    taken = (sum(shares) if m.context_shares else m.context_weight) if levels else 0.0
+    out = {name: weight * max(0.0, 1.0 - taken) for name, weight in config.workloads.items()}
+    for level, share in zip(levels, shares, strict=True):
         for name, weight in config.workloads.items():
             variant = context_variant_name(name, level)
             if variant in out:
@@ -29,7 +33,7 @@ def study_workloads(config: StudyConfig) -> dict[str, float]:
                     f"{config.source}: workload {variant!r} is also the name of {name} at context level {level:,} "
                     "(measure.context); rename it in [workloads]."
                 )
-            out[variant] = weight * share / len(levels)
+            out[variant] = weight * share
     return out
 
 

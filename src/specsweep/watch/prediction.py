@@ -45,6 +45,7 @@ from specsweep.workload import parse_context_variant
 
 LEVEL_COMPLETION_TOKENS = 600.0  # any M works for a derived level: its step time is what it carries
 CONTEXT_WORTH_SAYING = 1024  # served prompts this much longer than the rig's own are said, where it cannot read them
+UNREAD_CONTEXT = "served prompts average"  # how that note starts (watch names the study that measures them)
 
 
 def concurrency_source(rig: Rig, concurrency: int) -> str:
@@ -197,7 +198,7 @@ def served_context(prompt_tokens: float | None, requests: float | None, rig: Rig
         if beyond < CONTEXT_WORTH_SAYING:
             return 0, None
         return 0, (
-            f"served prompts average {prompt_tokens / requests:,.0f} tokens, {beyond:,} beyond the rig's own; the rig "
+            f"{UNREAD_CONTEXT} {prompt_tokens / requests:,.0f} tokens, {beyond:,} beyond the rig's own; the rig "
             "measured no context level, so its step times are read at its own prompts (a study with "
             f"--context {max(round(beyond / 1024), 1)}k measures one there, and its rig reads the served context)"
         )

@@ -17,7 +17,7 @@ from specsweep.report.figures import render_figure
 from specsweep.report.snippets import render_snippet
 from specsweep.runtime.store import finite_json, make_folder, write_atomic, write_json_atomic
 from specsweep.watch.figures import acceptance_by_window_data, concurrency_data, gain_data
-from specsweep.watch.prediction import ConfigRate, TrafficRecommendation
+from specsweep.watch.prediction import UNREAD_CONTEXT, ConfigRate, TrafficRecommendation
 from specsweep.watch.windows import WatchReport, WindowReport
 
 
@@ -145,6 +145,7 @@ def window_json(report: WindowReport, fmt: str) -> dict[str, Any]:
             "end": w.end,
             "generation_tokens_per_s": report.observed_tokens_per_s,
             "finished_requests": w.finished_requests,
+            "prompt_tokens": w.delta.prompt_tokens,  # served prompt tokens: per finished request, its context
             "concurrency": {str(b): s for b, s in w.concurrency_shares().items()},
             "waiting_mean": w.waiting_mean,
             "resets": w.resets,
@@ -206,6 +207,34 @@ def watch_json(report: WatchReport, fmt: str) -> dict[str, Any]:
         "changes": list(report.changes),
         "notes": list(report.notes),
     }
+
+
+def served_lengths(results: Any) -> list[tuple[float, float]] | None:
+    """What watch's ``results.json`` says of the contexts served: per window, its prompt tokens per
+    finished request, weighted by the finished requests (windows that counted neither left out);
+    None: not a watch results.json."""
+    if not isinstance(results, dict) or not isinstance(results.get("windows"), list):
+        return None
+    out = []
+    for window in results["windows"]:
+        if not isinstance(window, dict):
+            continue
+        tokens, done = (_number(window.get(key)) for key in ("prompt_tokens", "finished_requests"))
+        if tokens is not None and done is not None and done >= 1:
+            out.append((tokens / done, done))
+    return out
+
+
+def context_from_line(report: WatchReport, folder: Path) -> str | None:
+    """Where a window's served prompts were longer than the rig could read: the study that measures
+    the contexts served, levels and weights from the results.json written in ``folder``."""
+    if not any(note.startswith(UNREAD_CONTEXT) for w in report.windows for note in w.notes):
+        return None
+    return f"measure at the contexts served: specsweep study --context-from {folder}"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def interval_json(interval: Interval, report: WatchReport | None, fmt: str) -> dict[str, Any]:
