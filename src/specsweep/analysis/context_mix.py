@@ -193,7 +193,7 @@ def mix_snippets(
         mix = plan_snippet(plan.workload, mixed, templates, max_num_seqs=max_num_seqs, table_refusal=table_refusal)
         labels = {m: context_label(m, context_tokens(configs, m)) for m in members}
         said = ", ".join(f"{labels[m]} {100 * weights[m]:.0f}%" for m in members)
-        how = "measure.context_weight is 0: weighed evenly" if even else "as measure.context_weight weighs them"
+        how = "measure.context_weight is 0: weighed evenly" if even else "the study's context_weight or context_shares"
         lines = [
             f"one paste for every context (no engine takes a k per context): per batch size, the k with the "
             f"least expected loss over the context mix of {said} ({how})"
