@@ -73,6 +73,18 @@ def test_a_narrow_long_part_is_one_level() -> None:
     assert shares.levels == (16384,) and shares.shares == pytest.approx((0.5,))
 
 
+def test_a_wide_single_mode_is_one_level_not_three_close_ones() -> None:
+    """Prompts spread evenly over 14k to 18k tokens: their terciles' medians round to 14k, 16k and
+    17k, each under 1.5 times the one before, so they are measured as one level at the whole
+    part's median (16,000 tokens -> 16k); a part past 1.5 times stays its own level."""
+    wide = [(14000.0 + 100 * i, 1.0) for i in range(41)]
+    shares = shares_from_lengths(wide, own_tokens=400)
+    assert shares.levels == (16 * 1024,) and shares.shares == pytest.approx((1.0,))
+    far = shares_from_lengths([*wide, (40000.0, 20.0)], own_tokens=400)
+    assert far.levels[-1] == 39 * 1024 and len(far.levels) == 2
+    assert all(b >= 1.5 * a for a, b in zip(far.levels, far.levels[1:], strict=False))
+
+
 def test_a_watch_window_weighs_its_finished_requests() -> None:
     results = {"windows": [
         {"prompt_tokens": 200_000, "finished_requests": 10},  # 20,000 tokens a request
@@ -101,6 +113,7 @@ def test_shares_sum_to_one_and_count_the_weight_in_each_part(sample: list[tuple[
     assert sum(shares.shares) + shares.own_share == pytest.approx(1.0)
     assert shares.own_share == pytest.approx(sum(w for x, w in sample if x <= own + 1024) / total)
     assert len(shares.levels) <= 3 and list(shares.levels) == sorted(set(shares.levels))
+    assert all(b >= 1.5 * a for a, b in zip(shares.levels, shares.levels[1:], strict=False))
     assert all(level % 1024 == 0 and level >= 1024 for level in shares.levels)
     # each share is a whole number of the sample's weights: a part holds whole lengths
     assert all(abs(s * total - round(s * total)) < 1e-6 for s in shares.shares)

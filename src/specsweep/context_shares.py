@@ -10,8 +10,10 @@ by the finished requests), and ``shares_from_lengths`` turns it into levels and 
   ``context_prompts.own_tokens``) belongs to the plain workload;
 - the longer ones are cut into at most ``MOST_LEVELS`` parts at the weighted quantiles of their
   lengths (terciles; ties stay in one part, so a narrow long part gives fewer), each part's
-  level its weighted median rounded to a whole ``LEVEL_UNIT`` (and at least one); parts whose
-  levels round alike are one level;
+  level its weighted median rounded to a whole ``LEVEL_UNIT`` (and at least one); neighbouring
+  parts whose levels are less than ``LEVEL_RATIO`` apart are one level, at their joint median (a
+  step reads the context linearly, so the model reads between levels: 14k, 16k and 17k would
+  cost three levels' measuring for what one says);
 - each part's share is its fraction of the sample's weight, the plain part's too: they sum to 1.
 
 docs/workloads.md states the rule with a worked example. Pure: no I/O.
@@ -28,6 +30,7 @@ from specsweep.workload import Workload, count_tokens
 OWN_MARGIN = 1024  # lengths this close to the workloads' own prompts are the plain workload's
 LEVEL_UNIT = 1024  # a level is a whole number of these (a "k")
 MOST_LEVELS = 3
+LEVEL_RATIO = 1.5  # neighbouring levels closer than this factor are measured as one
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,14 +69,13 @@ def shares_from_lengths(sample: Iterable[tuple[float, float]], own_tokens: float
     if total <= 0:
         return ContextShares(levels=(), shares=(), own_share=1.0, own_tokens=own_tokens, count=0)
     long = _grouped([(x, w) for x, w in points if x > own_tokens + OWN_MARGIN])
-    parts: list[tuple[int, float]] = []  # (level, weight), shortest first
+    joined: list[list[tuple[float, float]]] = []  # shortest first
     for part in _parts(long):
-        level = max(1, math.floor(_median(part) / LEVEL_UNIT + 0.5)) * LEVEL_UNIT
-        weight = sum(w for _, w in part)
-        if parts and parts[-1][0] == level:
-            parts[-1] = (level, parts[-1][1] + weight)
+        if joined and _level(part) < LEVEL_RATIO * _level(joined[-1]):
+            joined[-1] = joined[-1] + part
         else:
-            parts.append((level, weight))
+            joined.append(part)
+    parts = [(_level(part), sum(w for _, w in part)) for part in joined]
     shares = tuple(w / total for _, w in parts)
     return ContextShares(
         levels=tuple(level for level, _ in parts),
@@ -82,6 +84,11 @@ def shares_from_lengths(sample: Iterable[tuple[float, float]], own_tokens: float
         own_tokens=own_tokens,
         count=len(points),
     )
+
+
+def _level(part: Sequence[tuple[float, float]]) -> int:
+    """A part's level: its weighted median rounded to a whole LEVEL_UNIT, at least one."""
+    return max(1, math.floor(_median(part) / LEVEL_UNIT + 0.5)) * LEVEL_UNIT
 
 
 def length_summary(sample: Sequence[tuple[float, float]]) -> tuple[float, float, float] | None:
