@@ -10,17 +10,18 @@ from dataclasses import replace
 
 import pytest
 
+from specsweep.config import parse_study_config
 from specsweep.measurement.levels import summarize_level
 from specsweep.measurement.stopping import (
     MIN_REQUEST_SD,
     LevelTarget,
     Z,
     estimate_rate,
-    rate_quantile,
     request_step_time_s,
     stop_reason,
 )
 from specsweep.runtime.driver import PromptCycle, run_closed_loop
+from specsweep.tuning.trial import level_targets
 from specsweep.types import RequestRecord
 from specsweep.workload import load_workload
 
@@ -142,40 +143,28 @@ def test_a_precise_rate_is_precise_where_step_times_spread_with_how_often_the_te
     assert stop_reason(target(min_requests=4), spread) is None
 
 
-def test_where_the_rate_decides_only_a_precise_rate_is_precise() -> None:
-    """A drafter that looks its drafts up is ranked on its rate as measured. Four requests whose
-    step times agree within 1% while their rates spread 17% (the texts drafted 2.0 to 3.0 tokens
-    per step) stop as precise on the step time, but not where the rate decides: those go on until
-    the rate's own half-width is within the precision."""
-    records = drafted([2.0, 3.0, 2.5, 2.2])
-    assert stop_reason(target(min_requests=4), records) == "precise"
-    assert stop_reason(target(min_requests=4, rate_decides=True), records) is None
-    agreeing = drafted([2.5, 2.5, 2.52, 2.48, 2.5])
-    assert Z * estimate_rate(agreeing, 1).relative_se <= 0.03
-    assert stop_reason(target(min_requests=4, rate_decides=True), agreeing) == "precise"
-
-
-def test_where_the_rate_decides_a_few_agreeing_prompts_are_not_enough() -> None:
-    """A lookup drafter's rate moves with each prompt's text: on a real llama-server (ngram-simple,
-    k = 4, technical) the workload's first two prompts drafted on 80% of the steps, twelve on 31%.
-    Two or four requests that agree are not a precise rate where it decides: the spread they show
-    rests on one and three degrees of freedom, so the half-width is Student's t, not z. Five that
-    agree are; where the step time decides, two agreeing ones still are."""
-    for n in (2, 4):
-        records = drafted([2.5] * n)
-        assert Z * estimate_rate(records, 1).relative_se <= 0.03
-        assert stop_reason(target(min_requests=2, rate_decides=True), records) is None
-        assert stop_reason(target(min_requests=2), records) == "precise"
-    assert stop_reason(target(min_requests=2, rate_decides=True), drafted([2.5] * 5)) == "precise"
-
-
-def test_the_rate_quantile_is_students_t_at_zs_level() -> None:
-    """Against printed t tables (two-sided 95%: 12.71 at 1 df, 2.776 at 4, 2.201 at 11; 98%: 31.82,
-    3.747, 2.718): z = 2 is one-sided 97.7%, between them; it tends to z as the requests grow."""
-    for requests, low, high in ((2, 12.71, 31.82), (5, 2.776, 3.747), (12, 2.201, 2.718)):
-        assert low < rate_quantile(requests) < high
-    assert rate_quantile(1) == float("inf")
-    assert Z < rate_quantile(200) < Z * 1.01
+def test_a_lookup_drafters_levels_take_the_whole_budget() -> None:
+    """A drafter that looks its drafts up drafts where a prompt's text matches, and a level's
+    prompts come in one order: on a real llama-server (ngram-simple, technical) the first two
+    drafted on 80% of the steps, the first twelve on 31%. Here the first two prompts draft three
+    tokens a step and the other ten one and a half: the adaptive rule stops after the two as
+    precise, at a rate about 1.8 times the twelve's. A lookup drafter's levels are therefore not
+    adaptive (tuning/trial.level_targets): nothing stops them before the budget, a chain
+    drafter's still may."""
+    records = drafted([3.0, 3.0] + [1.5] * 10)
+    assert stop_reason(target(), records[:2]) == "precise"
+    early, whole = estimate_rate(records[:2], 1).tokens_per_s, estimate_rate(records, 1).tokens_per_s
+    assert early > 1.7 * whole
+    config = parse_study_config({"study": {"name": "n"}, "measure": {"concurrency": [1, 4], "max_requests": 12}})
+    for looks_up in (True, False):
+        targets = level_targets(config, [], key="k", contender=False, acceptance_run=False, looks_up=looks_up)
+        assert targets is not None
+        for level in targets.values():
+            for b, t in level.items():
+                assert t.adaptive is not looks_up and t.max_requests == 12
+                assert t.min_requests == (12 if looks_up else max(2, b))
+                assert (stop_reason(t, drafted([3.0] * 11)) is None) is looks_up
+                assert stop_reason(t, drafted([3.0] * 12)) is not None
 
 
 def test_a_configuration_far_behind_the_best_stops_one_far_ahead_too_a_close_one_goes_on() -> None:

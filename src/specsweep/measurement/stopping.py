@@ -17,12 +17,9 @@ requests in flight (runtime/driver.py), when
   interval of its decode step time or of its rate, relative to it; finer than the run-to-run
   noise between server starts would buy nothing. se_T is the spread of the requests' own step
   times (decode span over decode steps, the steps counted from the request's own fields): the
-  fits take step times, and acceptance is the counters' part. Without counted steps se_T is se;
-  where the decision rests on the rate as measured (``rate_decides``: a drafter that looks its
-  drafts up), only a precise rate is precise, and its half-width is Student's t on n - 1 degrees
-  of freedom rather than z: its requests' rates spread with how well each prompt's text matched,
-  and a few prompts that agree say little of the rest. docs/search.md says why, with the measured
-  cases;
+  fits take step times, and acceptance is the counters' part. Without counted steps se_T is se.
+  A drafter that looks its drafts up is not measured adaptively: tuning/trial.level_targets gives
+  its levels the whole budget (docs/search.md says why, with the measured cases);
 - or it reached ``max_requests``.
 
 It never stops before ``min_requests``: one request per stream at B >= 2, two at B = 1, and
@@ -38,9 +35,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
-
-from scipy import stats
 
 from specsweep.types import RequestRecord
 
@@ -58,7 +52,6 @@ class LevelTarget:
     precision: float  # stop when the 95% half-width of the step time or the rate is at most this fraction
     best_tokens_per_s: float | None = None  # the cell's best measured rate, in the client's units (wall clock)
     best_noise: float | None = None  # the relative uncertainty of that best (run-to-run noise)
-    rate_decides: bool = False  # the decision rests on the rate as measured (see the module doc)
 
     @property
     def adaptive(self) -> bool:
@@ -73,7 +66,6 @@ class RateEstimate:
     tokens_per_s: float
     relative_se: float
     step_time_relative_se: float
-    requests: int  # the answered requests it rests on
 
 
 def estimate_rate(records: Sequence[RequestRecord], concurrency: int) -> RateEstimate | None:
@@ -90,7 +82,6 @@ def estimate_rate(records: Sequence[RequestRecord], concurrency: int) -> RateEst
         tokens_per_s=concurrency * sum(rates) / len(rates),
         relative_se=relative_se,
         step_time_relative_se=step_se,
-        requests=len(answered),
     )
 
 
@@ -118,15 +109,6 @@ def _relative_se(values: Sequence[float]) -> float:
     return max(sd / mean if mean > 0 else 0.0, MIN_REQUEST_SD) / math.sqrt(len(values))
 
 
-@cache
-def rate_quantile(requests: int) -> float:
-    """Student's t on ``requests - 1`` degrees of freedom at z's one-sided level (z itself for a
-    large n; one request: infinite, it says nothing of the spread)."""
-    if requests < 2:
-        return math.inf
-    return float(stats.t.ppf(stats.norm.cdf(Z), requests - 1))
-
-
 def stop_reason(target: LevelTarget, records: Sequence[RequestRecord]) -> str | None:
     """Why the level can stop sending requests now, or None to go on."""
     sent = len(records)
@@ -137,19 +119,13 @@ def stop_reason(target: LevelTarget, records: Sequence[RequestRecord]) -> str | 
     estimate = estimate_rate(records, target.concurrency)
     if estimate is None:
         return None
-    # where the rate decides, its spread is the prompts' and n requests estimate it on n - 1 df
-    quantile = rate_quantile(estimate.requests) if target.rate_decides else Z
     if target.best_tokens_per_s is not None:
-        spread = quantile * estimate.relative_se
+        spread = Z * estimate.relative_se
         margin = Z * (target.best_noise if target.best_noise is not None else target.precision)
         if estimate.tokens_per_s * (1 + spread) < target.best_tokens_per_s * (1 - margin):
             return "cannot win"
         if estimate.tokens_per_s * (1 - spread) > target.best_tokens_per_s * (1 + margin):
             return "clearly ahead"
-    if target.rate_decides:
-        half_width = quantile * estimate.relative_se
-    else:
-        half_width = Z * min(estimate.step_time_relative_se, estimate.relative_se)
-    if half_width <= target.precision:
+    if Z * min(estimate.step_time_relative_se, estimate.relative_se) <= target.precision:
         return "precise"
     return None

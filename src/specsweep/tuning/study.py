@@ -320,7 +320,7 @@ class StudyRunner:
             self.config, records.measured_configs(self.study), key=key,
             contender=repeat or phase == PLANNED,
             acceptance_run=phase in (Phase.LARGEST_K, Phase.SIBLING) or (phase is None and largest),
-            rate_decides=spec is not None and self.engine.looks_up(spec),
+            looks_up=spec is not None and self.engine.looks_up(spec),
         )  # fmt: skip
         trial_started = time.monotonic()
         try:

@@ -60,14 +60,16 @@ def level_targets(
     key: str,
     contender: bool,
     acceptance_run: bool,
-    rate_decides: bool = False,
+    looks_up: bool = False,
 ) -> dict[str, dict[int, LevelTarget]] | None:
     """What each level of the next trial must settle (None: a fixed budget, ``measure.requests``).
 
     ``contender``: a configuration measured again on purpose (the noise, tied leaders, a
     recommendation to confirm): it is not stopped for being behind. ``acceptance_run``: the
     drafter's largest k so far, whose counters fit the acceptance of every shorter draft.
-    ``rate_decides``: its drafter looks its drafts up, so only a precise rate stops it as precise.
+    ``looks_up``: its drafter looks its drafts up (n-gram, suffix), so its levels take the whole
+    budget: its rate moves with each prompt's text, and the first prompts of a level's order are
+    not a sample of the workload (docs/search.md).
     Rates are the rig's (modelled on the emulator), as the measurement gives them.
     """
     m = config.measure
@@ -80,7 +82,7 @@ def level_targets(
         levels = {}
         for level in m.concurrency:
             rivals = [r for r in measured_rates(measured, workload, level) if r.key != key]
-            least = max(ACCEPTANCE_MIN_REQUESTS if acceptance_run else 2, level)
+            least = m.max_requests if looks_up else max(ACCEPTANCE_MIN_REQUESTS if acceptance_run else 2, level)
             levels[level] = LevelTarget(
                 concurrency=level,
                 min_requests=min(least, m.max_requests),
@@ -88,7 +90,6 @@ def level_targets(
                 precision=m.precision,
                 best_tokens_per_s=rivals[0].tokens_per_s if rivals and not contender else None,
                 best_noise=noise.relative_sd if noise is not None else None,
-                rate_decides=rate_decides,
             )
         out[workload] = levels
     return out
