@@ -173,7 +173,7 @@ def test_the_paste_of_a_workload_with_context_levels_runs_the_mix_and_says_what_
     assert plans["w"].spec is not None and plans["w"].spec.num_speculative_tokens == 4
     assert plans["w@16k"] is own[1]  # a level's own plan is kept as it was
     notes = plans["w"].notes
-    assert "over the context mix of w (400 tokens) 50%, w@16k 25%, w@64k 25% (as measure.context_weight" in notes[0]
+    assert "over the context mix of w (400 tokens) 50%, w@16k 25%, w@64k 25% (the study's context_weight" in notes[0]
     assert notes[1] == "w (400 tokens) gives up nothing: its own pick at every concurrency"
     # 1 - 58/60 = 3.3%; 1 - 20/30 = 33.3%
     assert notes[2] == "w@16k gives up, predicted: 3.3% at 1 (k=4 probabilistic, its own k=2 probabilistic)"
@@ -235,7 +235,7 @@ def test_a_context_study_prints_its_grid_pastes_over_the_mix_and_reports_every_c
     # one paste, over the mix (weighed as measure.context_weight = 0.5 says), with a line per context
     assert "paste for prose:" in out and "paste for prose@8k" not in out
     flat = " ".join(out.split())
-    assert re.search(r"context mix of prose \(\d+ tokens\) 50%, prose@8k 50% \(as measure.context_weight", flat)
+    assert re.search(r"context mix of prose \(\d+ tokens\) 50%, prose@8k 50% \(the study's context_weight", flat)
     assert re.search(r"note: prose \(\d+ tokens\) gives up", flat) and "note: prose@8k gives up" in flat
 
     report = specsweep("report", str(tmp_path / "studies" / "mix"), cwd=tmp_path)
