@@ -30,7 +30,7 @@ from specsweep.tuning.study_store import study_paths
 from specsweep.types import OFF_KEY, Configuration, RequestRecord, RunNoisePrior, StudySettings
 
 from .builders import emulator_study, picks_of, specsweep, write_study
-from .test_study import true_best
+from .test_study import true_rates
 
 # The user report's dense technical curve (docs/math.md#worked-numbers), and a step time T = T0 (1 + c k).
 S = (0.569, 0.347, 0.188, 0.069, 0.035)
@@ -340,7 +340,7 @@ def test_a_stopped_model_study_resumes_where_its_trials_leave_off(tmp_path: Path
     )
 
 
-def test_model_study_on_the_emulator_finds_the_true_best_with_fewer_starts_than_the_grid(tmp_path: Path) -> None:
+def test_model_study_on_the_emulator_picks_within_tolerance_in_fewer_starts_than_a_grid(tmp_path: Path) -> None:
     """Prose on the default profile at its reference temperature: 11 configurations in the grid."""
     config_file = tmp_path / "prose.toml"
     write_study(
@@ -362,7 +362,12 @@ def test_model_study_on_the_emulator_finds_the_true_best_with_fewer_starts_than_
     assert lefts == [11] * starts, out
     match = re.fullmatch(r"k=(\d+) (\w+)", picks_of(out)[("prose", 1)])  # the recommendation
     assert match, out
-    assert (int(match.group(1)), match.group(2)) == true_best("prose", 1, 5), out
+    # The one rule picks the least expected loss against the study's tolerance (1%): the pick is
+    # within it of the truth's best, and a pick short of the best names the best among its rivals.
+    rates = true_rates("prose", 1, 5)
+    best, picked = max(rates, key=rates.__getitem__), (int(match.group(1)), match.group(2))
+    assert rates[picked] >= 0.99 * rates[best], out
+    assert picked == best or f"k={best[0]} dspark ({best[1]})" in " ".join(out.split()), out
     snippet = re.search(r"--speculative-config '(.+)'", out)
     assert json.loads(snippet.group(1))["num_speculative_tokens"] == int(match.group(1))
 

@@ -42,14 +42,20 @@ from .conftest import print_truth
 BENCH_PROFILES = Path(__file__).resolve().parents[1] / "bench" / "profiles"
 
 
-def true_best(workload: str, concurrency: int, k_max: int) -> tuple[int, str]:
-    """The emulator's true best (k, draft method) at the profile's reference temperature, k = 0 meaning off."""
+def true_rates(workload: str, concurrency: int, k_max: int) -> dict[tuple[int, str], float]:
+    """The emulator's true rate of every (k, draft method) at the profile's reference temperature, k = 0 meaning off."""
     rates = {(0, "off"): print_truth("--concurrency", str(concurrency))[workload]["levels"][0]["output_tokens_per_s"]}
     for k in range(1, k_max + 1):
         for method in ("greedy", "probabilistic"):
             config = json.dumps({"num_speculative_tokens": k, "draft_sample_method": method})
             truth = print_truth("--speculative-config", config, "--concurrency", str(concurrency))
             rates[(k, method)] = truth[workload]["levels"][0]["output_tokens_per_s"]
+    return rates
+
+
+def true_best(workload: str, concurrency: int, k_max: int) -> tuple[int, str]:
+    """The emulator's true best (k, draft method) at the profile's reference temperature, k = 0 meaning off."""
+    rates = true_rates(workload, concurrency, k_max)
     return max(rates, key=rates.__getitem__)
 
 
