@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -516,3 +517,29 @@ def test_a_configuration_is_its_key_whatever_parameters_named_it() -> None:
     assert (configuration_label(greedy), configuration_label(off, short=True)) == (
         'k=2 ngram prompt_lookup_max=3,prompt_lookup_min=3 (greedy)', "speculation off",
     )  # fmt: skip
+
+
+def test_a_levels_error_in_the_step_model_is_paired_on_the_prompts_the_levels_share() -> None:
+    """Three n-gram levels send the same twelve prompts, whose rates spread 20% between prompts
+    and by 4% within one: the stored requests (read back from the study's storage form) give each
+    level about the 4% over sqrt(12), not the 20% its own spread says; a level that kept no requests, or
+    speculation off alone in its group, keeps its own."""
+    spread = [1.0 + 0.2 * ((7 * p) % 12 - 5.5) / 5.5 for p in range(12)]
+    draw = random.Random(5)
+    jitter = [draw.gauss(0.0, 0.04) for _ in range(36)]
+    trials = []
+    for number, k in enumerate([0, 8, 3, 5]):
+        trial = ngram_trial(number, k)
+        row = trial.user_attrs["results"]["prose"]["1"]
+        rates = [NGRAM_RATES[k] * s * (1 + jitter[(number % 3) * 12 + p]) for p, s in enumerate(spread)]
+        row["relative_se"] = 0.2 / 12**0.5
+        if k != 5:
+            row["by_request"] = [[f"p{p}", rate, None] for p, rate in enumerate(rates)]
+        trials.append(trial)
+    by_k = {
+        o.num_speculative_tokens: o
+        for o in study_observations([read_trial(t).measured_config() for t in trials], "prose")
+    }
+    for k in (8, 3):
+        assert by_k[k].relative_se == pytest.approx(0.04 / 12**0.5, rel=0.35)
+    assert by_k[0].relative_se == by_k[5].relative_se == pytest.approx(0.2 / 12**0.5)

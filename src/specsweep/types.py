@@ -265,6 +265,10 @@ class LevelFigures:
     # the mean prompt tokens of the level's answered requests, as the server counted them (usage);
     # a context level's (W@16k) is about its context (None: no usage, or studies from before it was kept)
     prompt_tokens_mean: float | None = None
+    # each answered request: its prompt id, its rate (tokens over latency) and its decode step time
+    # (None: its fields do not count its steps); what a level's error paired on the prompts it shares
+    # with other levels is estimated from (measurement/paired.py; None: studies from before it was kept)
+    by_request: tuple[tuple[str, float, float | None], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -26,6 +26,7 @@ from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of
 from specsweep.analysis.step_fit import fit_step_model
 from specsweep.analysis.step_model import Cell, StepObservation, StepPosterior
 from specsweep.errors import FitError
+from specsweep.measurement.paired import paired_relative_se
 from specsweep.types import CapturedWidths, MeasuredConfig, RunNoisePrior
 from specsweep.workload import parse_context_variant
 
@@ -61,6 +62,7 @@ def study_observations(configs: Sequence[MeasuredConfig], workload: str) -> list
     """Every measured level of one workload as a throughput observation (a per-batch-size table
     gives each level the k it ran). The search and the report both build their model from these."""
     context = parse_context_variant(workload)[1] or 0
+    paired = _paired_errors(configs, workload)
     out = []
     for config in configs:
         for concurrency, row in config.results.get(workload, {}).items():
@@ -86,11 +88,32 @@ def study_observations(configs: Sequence[MeasuredConfig], workload: str) -> list
                     workload=workload,
                     weight=float(row.requests or 1),
                     start=config.trial,
-                    relative_se=row.relative_se,
+                    relative_se=paired.get((config.trial, concurrency), row.relative_se),
                     drafted_share=share,
                     context_tokens=context,
                 )
             )
+    return out
+
+
+def _paired_errors(configs: Sequence[MeasuredConfig], workload: str) -> dict[tuple[int, int], float]:
+    """Each level's error paired on the prompts it shares with the other levels of its cell group
+    (its concurrency and drafter; measurement/paired.py), by (trial, concurrency): of its step time,
+    or of its rate where that is the smaller or the step times are not all known, as the level's
+    own (tuning/records._precision)."""
+    groups: dict[tuple[int, Drafter | None], dict[tuple[int, int], tuple[tuple[str, float, float | None], ...]]] = {}
+    for config in configs:
+        for concurrency, row in config.results.get(workload, {}).items():
+            if row.by_request:
+                group = (concurrency, candidate_of(config.spec, concurrency).drafter)
+                groups.setdefault(group, {})[(config.trial, concurrency)] = row.by_request
+    out: dict[tuple[int, int], float] = {}
+    for levels in groups.values():
+        rate = paired_relative_se({k: [(p, r) for p, r, _ in rows] for k, rows in levels.items()})
+        timed = {k: rows for k, rows in levels.items() if all(t is not None for _, _, t in rows)}
+        step = paired_relative_se({k: [(p, t or 0.0) for p, _, t in rows] for k, rows in timed.items()})
+        for key, se in rate.items():
+            out[key] = min(se, step.get(key, se))
     return out
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 
 from specsweep.measurement.levels import acceptance_by_subcategory, level_drafted_share
-from specsweep.measurement.stopping import estimate_rate
+from specsweep.measurement.stopping import estimate_rate, request_step_time_s
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
 from specsweep.runtime.run_owner import RunOwner
@@ -76,6 +76,7 @@ def level_figures(
             by_subcategory=(acceptance_by_subcategory(level.records, subcategories) or None) if subcategories else None,
             drafted_share=level_drafted_share(level.records, s),
             prompt_tokens_mean=_prompt_tokens_mean(level.records),
+            by_request=_by_request(level.records),
         )
     return out
 
@@ -84,6 +85,17 @@ def _prompt_tokens_mean(records: Sequence[RequestRecord]) -> float | None:
     """The mean prompt tokens the server counted (usage.prompt_tokens) over a level's answered requests."""
     counted = [r.prompt_tokens for r in records if r.ok and r.prompt_tokens is not None]
     return sum(counted) / len(counted) if counted else None
+
+
+def _by_request(records: Sequence[RequestRecord]) -> tuple[tuple[str, float, float | None], ...] | None:
+    """Each answered request's prompt, rate and decode step time, in the order sent."""
+    answered = [r for r in records if r.ok and r.completion_tokens and r.latency_s]
+    return (
+        tuple(
+            (r.prompt_id, (r.completion_tokens or 0) / (r.latency_s or 1.0), request_step_time_s(r)) for r in answered
+        )
+        or None
+    )
 
 
 def _precision(records: Sequence[RequestRecord], concurrency: int) -> float | None:
@@ -128,7 +140,14 @@ def _level_from_stored(concurrency: int, row: dict[str, Any]) -> LevelFigures:
         by_subcategory=row.get("by_subcategory"),
         drafted_share=row.get("drafted_share"),
         prompt_tokens_mean=row.get("prompt_tokens_mean"),
+        by_request=_requests_from_stored(row.get("by_request")),
     )
+
+
+def _requests_from_stored(stored: Any) -> tuple[tuple[str, float, float | None], ...] | None:
+    if not stored:
+        return None
+    return tuple((str(p), float(rate), None if step is None else float(step)) for p, rate, step in stored)
 
 
 def results_to_stored(results: dict[str, dict[int, LevelFigures]]) -> dict[str, dict[str, Any]]:
