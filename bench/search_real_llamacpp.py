@@ -2,6 +2,7 @@
 
     source ~/.cache/specsweep/real-engines.env
     python bench/search_real_llamacpp.py [--max-requests 12] [--max-tokens 128] [--k 1,8] [--folder DIR]
+        [--replay DIR]
 
 Two studies of one space, side by side in one run: speculation off and ``ngram-simple`` (lookup
 3) at k in ``--k``, prose and technical through /v1/completions at T = 0, concurrency 1, both
@@ -20,6 +21,12 @@ the engine's usual noise, never below its starts' own request spread). The last 
 "Within the noise": the grid's measured rate of the search's paste is at least the grid's best
 measured rate times (1 - 2 x noise); the grid measured each configuration once, so its own best
 is partly luck.
+
+``--replay FOLDER`` starts nothing: it replays the search's decisions over the model-guided study
+an earlier run kept in FOLDER (``--folder``), one trial prefix at a time, with the code at hand,
+printing after each prefix what the search would start next, what that start was expected to buy
+and what it had to buy (shares of the cells' rate); a change to the model or the rule is measured
+on the same starts. It reads the llama-server's flags as a study does, so it needs the engines.
 """
 
 from __future__ import annotations
@@ -34,8 +41,9 @@ from specsweep.analysis.drafters import candidate_of
 from specsweep.analysis.noise import run_to_run_noise
 from specsweep.config import parse_study_config
 from specsweep.engines.registry import engine_info
-from specsweep.tuning.records import measured_configs
+from specsweep.tuning.records import measured_configs, read_trials
 from specsweep.tuning.stored import analyze_stored_study
+from specsweep.tuning.strategy import decide_next
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
 
@@ -65,14 +73,37 @@ def run_way(sampler: str, folder: Path, args: argparse.Namespace):
     return outcome, analyze_stored_study(outcome.study).analysis
 
 
+def replay(folder: Path, args: argparse.Namespace) -> None:
+    """The search's decision after each prefix of the kept model-guided study's trials."""
+    config = parse_study_config(study_data("real-model", "model", args))
+    runner = StudyRunner(config, study_paths(config, folder), resume=True, queue_initial=False)
+    trials = read_trials(runner.study)
+    print(f"{'after':>5s} {'measured':12s} {'next':10s} {'phase':22s} {'buys':>7s} {'price':>7s}  reason")
+    for n in range(1, len(trials) + 1):
+        decision = decide_next(trials[:n], runner.space, runner.settings)
+        last = trials[n - 1]
+        measured = label(candidate_of(last.measured_config().spec, 1)) if last.measured else "-"
+        chosen = decision.configuration
+        nxt = "stop" if chosen is None else label(candidate_of(chosen.spec, 1)) + (" again" if decision.repeat else "")
+        buys = f"{100 * decision.value.share:6.2f}%" if decision.value else ""
+        price = f"{100 * decision.price_share:6.2f}%" if decision.price_share is not None else ""
+        print(f"{n:5d} {measured:12s} {nxt:10s} {decision.phase.value:22s} {buys:>7s} {price:>7s}  {decision.reason}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-requests", type=int, default=12, help="adaptive measurement's cap per level")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--k", default="1,8", help="the searched draft lengths, LOW,HIGH (lookup is 3)")
     parser.add_argument("--folder", type=Path, help="keep the studies here (default: a new temporary folder)")
+    parser.add_argument(
+        "--replay", type=Path, metavar="FOLDER", help="replay the kept search's decisions; start nothing"
+    )
     args = parse_engine_args(parser)
     args.k = [int(x) for x in args.k.split(",")]
+    if args.replay:
+        replay(args.replay, args)
+        return
     folder = args.folder or Path(tempfile.mkdtemp(prefix="specsweep-search-real-"))
     started = time.monotonic()
     print(
