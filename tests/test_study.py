@@ -75,9 +75,7 @@ def emulator_processes(marker: str, *, cwd: Path | None = None) -> list[str]:
 
 
 def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> None:
-    started = time.monotonic()
     result = specsweep("study", "--workload", "technical", cwd=tmp_path)
-    elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     # The README's first command, piped: at a glance (tests/test_study_console.py checks the shape
@@ -87,7 +85,6 @@ def test_default_study_recommends_the_true_best_draft_length(tmp_path: Path) -> 
     assert len(lines) <= 30 and len(paste) == 1 and "\x1b" not in out, out
     assert max(len(line) for line in lines if line not in paste) <= 100, out
     assert "on the built-in emulator" in out and out.count("modelled") == 1
-    assert elapsed < 180  # about a minute on 2 cores; the bound leaves room for a loaded machine
     picks = picks_of(out)
     best = {}
     for level in (1, 4):
