@@ -70,10 +70,10 @@ class RateEstimate:
 
 def estimate_rate(records: Sequence[RequestRecord], concurrency: int) -> RateEstimate | None:
     """B times the mean per-request rate (tokens over latency) of the answered requests."""
-    answered = [r for r in records if r.ok and r.completion_tokens and r.latency_s]
+    answered = answered_requests(records)
     if not answered:
         return None
-    rates = [(r.completion_tokens or 0) / (r.latency_s or 1.0) for r in answered]
+    rates = [request_rate(r) for r in answered]
     relative_se = _relative_se(rates)
     steps = [request_step_time_s(r) for r in answered]
     known = [t for t in steps if t is not None]
@@ -83,6 +83,16 @@ def estimate_rate(records: Sequence[RequestRecord], concurrency: int) -> RateEst
         relative_se=relative_se,
         step_time_relative_se=step_se,
     )
+
+
+def answered_requests(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """The requests a level's rate is estimated from: answered, with tokens and a latency."""
+    return [r for r in records if r.ok and r.completion_tokens and r.latency_s]
+
+
+def request_rate(record: RequestRecord) -> float:
+    """An answered request's rate: its tokens over its latency."""
+    return (record.completion_tokens or 0) / (record.latency_s or 1.0)
 
 
 def request_step_time_s(record: RequestRecord) -> float | None:

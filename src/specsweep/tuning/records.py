@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 
 from specsweep.measurement.levels import acceptance_by_subcategory, level_drafted_share
-from specsweep.measurement.stopping import estimate_rate, request_step_time_s
+from specsweep.measurement.stopping import answered_requests, estimate_rate, request_rate, request_step_time_s
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
 from specsweep.runtime.run_owner import RunOwner
@@ -89,13 +89,7 @@ def _prompt_tokens_mean(records: Sequence[RequestRecord]) -> float | None:
 
 def _by_request(records: Sequence[RequestRecord]) -> tuple[tuple[str, float, float | None], ...] | None:
     """Each answered request's prompt, rate and decode step time, in the order sent."""
-    answered = [r for r in records if r.ok and r.completion_tokens and r.latency_s]
-    return (
-        tuple(
-            (r.prompt_id, (r.completion_tokens or 0) / (r.latency_s or 1.0), request_step_time_s(r)) for r in answered
-        )
-        or None
-    )
+    return tuple((r.prompt_id, request_rate(r), request_step_time_s(r)) for r in answered_requests(records)) or None
 
 
 def _precision(records: Sequence[RequestRecord], concurrency: int) -> float | None:
