@@ -24,9 +24,10 @@ is partly luck.
 
 ``--replay FOLDER`` starts nothing: it replays the search's decisions over the model-guided study
 an earlier run kept in FOLDER (``--folder``), one trial prefix at a time, with the code at hand,
-printing after each prefix what the search would start next, what that start was expected to buy
-and what it had to buy (shares of the cells' rate); a change to the model or the rule is measured
-on the same starts. It reads the llama-server's flags as a study does, so it needs the engines.
+printing after each prefix what the search would start next, what that start was expected to
+buy and what it had to buy (shares of the cells' rate), then each level's error from its own
+requests' spread beside the error the step model reads (paired on shared prompts); a change to
+the model or the rule is measured on the same starts. It reads the llama-server's flags as a study does, so it needs the engines.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pathlib import Path
 from rig_real_llamacpp import FIXED, base_argv, parse_engine_args
 from specsweep.analysis.drafters import candidate_of
 from specsweep.analysis.noise import run_to_run_noise
+from specsweep.analysis.throughput import study_observations
 from specsweep.config import parse_study_config
 from specsweep.engines.registry import engine_info
 from specsweep.tuning.records import measured_configs, read_trials
@@ -88,6 +90,16 @@ def replay(folder: Path, args: argparse.Namespace) -> None:
         buys = f"{100 * decision.value.share:6.2f}%" if decision.value else ""
         price = f"{100 * decision.price_share:6.2f}%" if decision.price_share is not None else ""
         print(f"{n:5d} {measured:12s} {nxt:10s} {decision.phase.value:22s} {buys:>7s} {price:>7s}  {decision.reason}")
+    # each level's error: from its own requests' spread, and as the step model reads it (paired)
+    configs = {c.trial: c for c in measured_configs(runner.study)}
+    print(f"\n{'workload':10s} {'trial':>5s} {'config':6s} {'tok/s':>6s} {'own error':>10s} {'model reads':>12s}")
+    for workload in WORKLOADS:
+        for o in study_observations(list(configs.values()), workload):
+            own = configs[o.start].results[workload][o.concurrency].relative_se
+            print(
+                f"{workload:10s} {o.start:5d} {label(o.candidate):6s} {o.output_tokens_per_s:6.1f} "
+                f"{100 * (own or 0):9.2f}% {100 * (o.relative_se or 0):11.2f}%"
+            )
 
 
 def main() -> None:
