@@ -27,7 +27,8 @@ an earlier run kept in FOLDER (``--folder``), one trial prefix at a time, with t
 printing after each prefix what the search would start next, what that start was expected to
 buy and what it had to buy (shares of the cells' rate), then each level's error from its own
 requests' spread beside the error the step model reads (paired on shared prompts); a change to
-the model or the rule is measured on the same starts. It reads the llama-server's flags as a study does, so it needs the engines.
+the model or the rule is measured on the same starts. It reads the llama-server's flags as a
+study does, so it needs the engines.
 """
 
 from __future__ import annotations
