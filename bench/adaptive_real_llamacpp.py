@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import tempfile
 import time
 from pathlib import Path
 
+from kept import kept_folder
 from rig_real_llamacpp import FIXED, base_argv, parse_engine_args
 from specsweep.config import parse_study_config
 from specsweep.tuning.records import read_trials
@@ -81,7 +81,7 @@ def main() -> None:
     parser.add_argument("--folder", type=Path, help="keep the studies here (default: a new temporary folder)")
     args = parse_engine_args(parser)
     args.k = [int(x) for x in args.k.split(",")]
-    folder = args.folder or Path(tempfile.mkdtemp(prefix="specsweep-adaptive-real-"))
+    folder = args.folder or kept_folder("adaptive-real")
     started = time.monotonic()
     print(f"real llama-server, Gemma 3 270M, ngram-simple lookup 3, k {args.k[0]}..{args.k[1]} and off; prose and "
           f"technical, 1 stream, {args.max_tokens}-token requests; budget {args.budget}; wall minutes")  # fmt: skip

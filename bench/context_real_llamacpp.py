@@ -32,10 +32,10 @@ prefix cache held the shared prefix). The last line per workload, by the client-
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from pathlib import Path
 
+from kept import kept_folder
 from rig_real_llamacpp import FIXED, base_argv, parse_engine_args
 from specsweep.cli.context_room import refuse_context_levels
 from specsweep.cli.study import known_max_model_len
@@ -159,7 +159,7 @@ def main() -> None:
     args.workloads = args.workloads.split(",")
     config = parse_study_config(study_data(args))
     refuse_context_levels(config, known_max_model_len(config.server), key="--context")
-    folder = args.folder or Path(tempfile.mkdtemp(prefix="specsweep-context-real-"))
+    folder = args.folder or kept_folder("context-real")
     levels = ", ".join(f"{c:,}" for c in args.context)
     print(
         f"real llama-server (-c {args.ctx_size}, -t {args.threads}), Gemma 3 270M, ngram-simple lookup 3 at "

@@ -22,11 +22,10 @@ off, and the most starts a context study took beyond its one-context twin of the
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
-from pathlib import Path
 
 from emulator_studies import WORKLOADS, run_study, truth_rates
+from kept import kept_folder
 from specsweep.config import parse_context
 from specsweep.emulator.model import workload_prompt_tokens
 from specsweep.tuning.stored import analyze_stored_study
@@ -63,7 +62,7 @@ def main() -> None:
     parser.add_argument("--context", default="16384,65536", help="context levels in tokens, e.g. 16k,64k")
     args = parser.parse_args()
     contexts = parse_context(args.context)
-    folder = Path(tempfile.mkdtemp(prefix="specsweep-context-"))
+    folder = kept_folder("context")
     started = time.monotonic()
     levels = ", ".join(f"{c:,}" for c in contexts)
     print(

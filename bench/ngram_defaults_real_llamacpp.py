@@ -25,10 +25,10 @@ enough for Gemma 3 270M at T = 0 to repeat.
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from pathlib import Path
 
+from kept import kept_folder
 from rig_real_llamacpp import base_argv, parse_engine_args
 from specsweep.config import parse_study_config
 from specsweep.engines import llamacpp
@@ -151,7 +151,7 @@ def main() -> None:
     parser.add_argument("--folder", type=Path, help="keep the studies here (default: a new temporary folder)")
     args = parse_engine_args(parser)
     args.k = [int(x) for x in args.k.split(",")]
-    folder = args.folder or Path(tempfile.mkdtemp(prefix="specsweep-ngram-defaults-"))
+    folder = args.folder or kept_folder("ngram-defaults")
     started = time.monotonic()
     print(f"real llama-server, Gemma 3 270M; prose and technical, 1 stream, {args.requests} requests of "
           f"{args.max_tokens} tokens per level, T = 0")  # fmt: skip

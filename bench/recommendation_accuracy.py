@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 from emulator_studies import K_MAX, WORKLOADS, kept_study, run_study, score
+from kept import kept_folder
 from specsweep.emulator.profile import bundled_profile_names
 
 MISS = 0.02  # a pick this much below the truth's best is a miss
@@ -63,7 +63,7 @@ def main() -> None:
     )  # fmt: skip
     args = parser.parse_args()
     levels = tuple(int(b) for b in args.levels.split(","))
-    folder = args.rescore or Path(tempfile.mkdtemp(prefix="specsweep-recommend-"))
+    folder = args.rescore or kept_folder("recommend")
     started = time.monotonic()
     way = "model-guided search" if args.sampler == "model" else "grid"
     print(

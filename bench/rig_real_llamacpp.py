@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import time
 from pathlib import Path
 
+from kept import kept_folder
 from specsweep.config import parse_study_config
 from specsweep.rigs.file import check_server_against_rig, write_rig
 from specsweep.rigs.stored import build_rig, recommend_for_measurement
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--running-k", type=int, default=4, help="The k the 'running' server uses.")
     parser.add_argument("--folder", type=Path, help="Reuse (or keep) the sweep in this folder.")
     args = parse_engine_args(parser)
-    folder = args.folder or Path(tempfile.mkdtemp(prefix="specsweep-rig-llama-"))
+    folder = args.folder or kept_folder("rig-llama")
     started = time.monotonic()
     config, paths, study = sweep(folder, args)
     rates: dict[str, dict[int, float]] = {}

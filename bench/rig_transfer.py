@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 
+from kept import kept_folder
 from specsweep.config import EmulatorServer, MeasureConfig, Objective, SearchSpace, ServerConfig, StudyConfig
 from specsweep.emulator.model import compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import bundled_profile_names, load_profile
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--profiles", default=",".join(bundled_profile_names()))
     parser.add_argument("--json", type=Path, help="Also write every row here.")
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="specsweep-rig-"))
+    folder = kept_folder("rig")
     started = time.monotonic()
     scale = args.time_scale or "per profile"
     print(f"rig from a {RIG_WORKLOAD} study (grid off, k=1..K, {args.requests} x 600 tokens per level, time scale "

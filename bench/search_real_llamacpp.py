@@ -34,10 +34,10 @@ study does, so it needs the engines.
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from pathlib import Path
 
+from kept import kept_folder
 from rig_real_llamacpp import FIXED, base_argv, parse_engine_args
 from specsweep.analysis.drafters import candidate_of
 from specsweep.analysis.noise import run_to_run_noise
@@ -117,7 +117,7 @@ def main() -> None:
     if args.replay:
         replay(args.replay, args)
         return
-    folder = args.folder or Path(tempfile.mkdtemp(prefix="specsweep-search-real-"))
+    folder = args.folder or kept_folder("search-real")
     started = time.monotonic()
     print(
         f"real llama-server, Gemma 3 270M, ngram-simple lookup 3, k {args.k[0]}..{args.k[1]} and off; prose and "

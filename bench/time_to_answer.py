@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 from emulator_studies import run_study, score
+from kept import kept_folder
 from specsweep.emulator.profile import bundled_profile_names, load_profile
 
 WAYS = ("fixed", "search", "grid", "adaptive grid")
@@ -42,7 +41,7 @@ def main() -> None:
     parser.add_argument("--profiles", default=",".join(bundled_profile_names()))
     parser.add_argument("--budget", type=int, default=12, help="requests per level: fixed, and adaptive's cap")
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="specsweep-time-"))
+    folder = kept_folder("time")
     started = time.monotonic()
     print(f"real emulator studies; {args.seeds} seeds; {args.budget} x 600-token requests per level (fixed and grid), "
           f"adaptive up to {args.budget}; modelled minutes")  # fmt: skip

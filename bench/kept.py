@@ -1,0 +1,16 @@
+"""Where a benchmark keeps the studies it ran, for a later ``--rescore``, ``--replay`` or
+bench/level_bias.py to read: a new folder under the checkout's ``studies/bench/`` (git ignores
+``studies/*/``), not a temporary directory, which a new machine does not have."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+BENCH_STUDIES = Path(__file__).resolve().parents[1] / "studies" / "bench"
+
+
+def kept_folder(name: str) -> Path:
+    """A new, empty folder ``studies/bench/<name>-<random>`` for one run of a benchmark."""
+    BENCH_STUDIES.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=BENCH_STUDIES))
