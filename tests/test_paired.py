@@ -46,9 +46,40 @@ def test_without_shared_prompt_effects_the_paired_error_is_the_requests_spread()
 
 
 def test_a_level_that_stopped_early_has_the_wider_error_of_its_fewer_requests() -> None:
-    levels = _levels(random.Random(3), levels=3, prompts=12, prompt_sd=0.1, noise_sd=0.05, sent=[12, 12, 4])
+    # no prompt effects: the level's error is its fewer requests' alone
+    levels = _levels(random.Random(3), levels=3, prompts=12, prompt_sd=0.0, noise_sd=0.05, sent=[12, 12, 4])
     se = paired_relative_se(levels)
-    assert se[2] / se[0] == pytest.approx(math.sqrt(12 / 4))
+    # (the prompts' fitted spread is noise here, and counted only where it exceeds the noise's share)
+    assert se[2] / se[0] == pytest.approx(math.sqrt(12 / 4), rel=0.05)
+
+
+def test_a_level_that_stopped_early_carries_the_mix_of_the_prompts_it_did_not_send() -> None:
+    """Truth: the level's mean over the prompts it sent, against its value at the group's mix (its
+    own effect plus the mean effect of the twelve prompts), over many draws."""
+    rng = random.Random(17)
+    prompt_sd, noise_sd, sent = 0.15, 0.03, [12, 12, 12, 4]
+    errors: dict[int, list[float]] = {2: [], 3: []}
+    estimates: dict[int, list[float]] = {2: [], 3: []}
+    for _ in range(400):
+        effects = [rng.gauss(0.0, prompt_sd) for _ in range(12)]
+        levels = {
+            level: [(f"p{p}", math.exp(0.1 * level + effects[p] + rng.gauss(0.0, noise_sd))) for p in range(n)]
+            for level, n in enumerate(sent)
+        }
+        se = paired_relative_se(levels)
+        for level, found in errors.items():
+            mean = sum(math.log(v) for _, v in levels[level]) / len(levels[level])
+            found.append(mean - (0.1 * level + sum(effects) / 12))
+            estimates[level].append(se[level])
+
+    def rms(values: list[float]) -> float:
+        return math.sqrt(sum(v * v for v in values) / len(values))
+
+    for level, found in errors.items():
+        # the estimated error is the level's true error at the group's mix, within 10%
+        assert rms(estimates[level]) == pytest.approx(rms(found), rel=0.1)
+    # the early level's error is mostly the unsent prompts' mix: far above its requests' own noise
+    assert rms(errors[3]) > 2 * noise_sd / math.sqrt(4)
 
 
 def test_a_level_sharing_no_prompt_or_a_lone_level_gets_no_paired_error() -> None:

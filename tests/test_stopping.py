@@ -157,7 +157,9 @@ def test_a_lookup_drafters_levels_take_the_whole_budget() -> None:
     assert early > 1.7 * whole
     config = parse_study_config({"study": {"name": "n"}, "measure": {"concurrency": [1, 4], "max_requests": 12}})
     for looks_up in (True, False):
-        targets = level_targets(config, [], key="k", contender=False, acceptance_run=False, looks_up=looks_up)
+        targets = level_targets(
+            config, [], key="k", spec=None, contender=False, acceptance_run=False, looks_up=looks_up
+        )
         assert targets is not None
         for level in targets.values():
             for b, t in level.items():
@@ -280,3 +282,30 @@ def test_a_stopped_levels_window_is_where_every_stream_was_busy() -> None:
     in_window = sum(1 for r in run.records for t in r.chunk_times_s or () if window[0] <= r.started_at + t <= window[1])
     assert summary.saturated_output_tokens_per_s == pytest.approx(in_window / (window[1] - window[0]))
     assert all(r.started_at >= run.saturated_until for r in run.cut)
+
+
+def test_a_level_paired_with_earlier_levels_of_its_group_stops_when_its_own_noise_is_settled() -> None:
+    """Truth: prompts whose rates spread 25% between them, the same in every level, and a level's
+    own noise of 1%. Alone, the prompts' spread is the level's error and it runs to its budget;
+    paired with two earlier levels that sent the same prompts, what is left of its error is its
+    own noise and the mix of the prompts it has not sent yet, and it stops once both are small."""
+    rng = random.Random(23)
+    prompt_rate = [40.0 * math.exp(rng.gauss(0.0, 0.25)) for _ in range(12)]
+
+    def level(scale: float, n: int) -> list[RequestRecord]:
+        return requests([scale * prompt_rate[p] * math.exp(rng.gauss(0.0, 0.01)) for p in range(n)])
+
+    earlier = tuple(
+        tuple((r.prompt_id, r.completion_tokens / r.latency_s, request_step_time_s(r)) for r in level(s, 12))
+        for s in (1.0, 1.1)
+    )
+    alone = [n for n in range(2, 13) if stop_reason(target(precision=0.05), level(0.95, n)) == "precise"]
+    paired = [n for n in range(2, 13) if stop_reason(target(precision=0.05, shared=earlier), level(0.95, n))]
+    assert not alone  # 25% between prompts: the 95% half-width stays above 5% up to the budget
+    assert paired and paired[0] < 12
+    # at the budget every prompt is sent: the error is the level's own noise, at the floor
+    full = estimate_rate(level(0.95, 12), 1, earlier)
+    assert full.relative_se == pytest.approx(MIN_REQUEST_SD / math.sqrt(12), rel=0.3)
+    # a level sharing no prompt with them keeps its own spread
+    other = [replace(r, prompt_id=f"x{r.prompt_id}") for r in level(0.95, 6)]
+    assert estimate_rate(other, 1, earlier) == estimate_rate(other, 1)

@@ -26,7 +26,7 @@ from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of
 from specsweep.analysis.step_fit import fit_step_model
 from specsweep.analysis.step_model import Cell, StepObservation, StepPosterior
 from specsweep.errors import FitError
-from specsweep.measurement.paired import paired_relative_se
+from specsweep.measurement.paired import Request, paired_errors
 from specsweep.types import CapturedWidths, MeasuredConfig, RunNoisePrior
 from specsweep.workload import parse_context_variant
 
@@ -98,23 +98,30 @@ def study_observations(configs: Sequence[MeasuredConfig], workload: str) -> list
 
 def _paired_errors(configs: Sequence[MeasuredConfig], workload: str) -> dict[tuple[int, int], float]:
     """Each level's error paired on the prompts it shares with the other levels of its cell group
-    (its concurrency and drafter; measurement/paired.py), by (trial, concurrency): of its step time,
-    or of its rate where that is the smaller or the step times are not all known, as the level's
-    own (tuning/records._precision)."""
-    groups: dict[tuple[int, Drafter | None], dict[tuple[int, int], tuple[tuple[str, float, float | None], ...]]] = {}
+    (measurement/paired.py), by (trial, concurrency): of its step time, or of its rate where that
+    is the smaller or the step times are not all known, as the level's own (tuning/records._precision)."""
+    out: dict[tuple[int, int], float] = {}
+    for levels in cell_group_requests(configs, workload).values():
+        out.update({key: error.level for key, error in paired_errors(levels).items()})
+    return out
+
+
+CellGroup = tuple[int, Drafter | None]  # a concurrency and a drafter (None: speculation off)
+
+
+def cell_group_requests(
+    configs: Sequence[MeasuredConfig], workload: str
+) -> dict[CellGroup, dict[tuple[int, int], tuple[Request, ...]]]:
+    """The answered requests of every measured level of one workload, by cell group (the levels
+    whose errors are paired together) and by (trial, concurrency): what the step model's errors
+    and the live stopping rule (tuning/trial.level_targets) pair on."""
+    groups: dict[CellGroup, dict[tuple[int, int], tuple[Request, ...]]] = {}
     for config in configs:
         for concurrency, row in config.results.get(workload, {}).items():
             if row.by_request:
                 group = (concurrency, candidate_of(config.spec, concurrency).drafter)
                 groups.setdefault(group, {})[(config.trial, concurrency)] = row.by_request
-    out: dict[tuple[int, int], float] = {}
-    for levels in groups.values():
-        rate = paired_relative_se({k: [(p, r) for p, r, _ in rows] for k, rows in levels.items()})
-        timed = {k: rows for k, rows in levels.items() if all(t is not None for _, _, t in rows)}
-        step = paired_relative_se({k: [(p, t or 0.0) for p, _, t in rows] for k, rows in timed.items()})
-        for key, se in rate.items():
-            out[key] = min(se, step.get(key, se))
-    return out
+    return groups
 
 
 def family_observations(configs: Sequence[MeasuredConfig], workload: str) -> list[ThroughputObservation]:

@@ -18,6 +18,12 @@ requests in flight (runtime/driver.py), when
   noise between server starts would buy nothing. se_T is the spread of the requests' own step
   times (decode span over decode steps, the steps counted from the request's own fields): the
   fits take step times, and acceptance is the counters' part. Without counted steps se_T is se.
+
+Where the study measured other levels of the same cell group (``LevelTarget.shared``: the same
+workload, concurrency and drafter, in earlier starts), se and se_T are paired on the prompts the
+level shares with them (measurement/paired.py), the error the step model will give the level:
+the prompts' own spread, which every level shares, is not the level's, except for the prompts
+it has not sent yet. Otherwise they come from its requests' spread alone.
   A drafter that looks its drafts up is not measured adaptively: tuning/trial.level_targets gives
   its levels the whole budget (docs/search.md says why, with the measured cases);
 - or it reached ``max_requests``.
@@ -36,10 +42,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specsweep.measurement.paired import MIN_REQUEST_SD, Request, paired_errors
 from specsweep.types import RequestRecord
 
 Z = 2.0
-MIN_REQUEST_SD = 0.02  # relative sd of one request's rate assumed at least (jitter, output lengths)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,6 +58,8 @@ class LevelTarget:
     precision: float  # stop when the 95% half-width of the step time or the rate is at most this fraction
     best_tokens_per_s: float | None = None  # the cell's best measured rate, in the client's units (wall clock)
     best_noise: float | None = None  # the relative uncertainty of that best (run-to-run noise)
+    # the answered requests of the cell group's levels measured before (the module doc)
+    shared: tuple[tuple[Request, ...], ...] = ()
 
     @property
     def adaptive(self) -> bool:
@@ -68,8 +76,11 @@ class RateEstimate:
     step_time_relative_se: float
 
 
-def estimate_rate(records: Sequence[RequestRecord], concurrency: int) -> RateEstimate | None:
-    """B times the mean per-request rate (tokens over latency) of the answered requests."""
+def estimate_rate(
+    records: Sequence[RequestRecord], concurrency: int, shared: Sequence[Sequence[Request]] = ()
+) -> RateEstimate | None:
+    """B times the mean per-request rate (tokens over latency) of the answered requests, its
+    errors paired with the ``shared`` levels' requests where they share prompts (the module doc)."""
     answered = answered_requests(records)
     if not answered:
         return None
@@ -78,6 +89,11 @@ def estimate_rate(records: Sequence[RequestRecord], concurrency: int) -> RateEst
     steps = [request_step_time_s(r) for r in answered]
     known = [t for t in steps if t is not None]
     step_se = _relative_se(known) if len(known) == len(steps) else relative_se
+    if shared:
+        paired = paired_errors({-1: request_rows(answered), **dict(enumerate(shared))}).get(-1)
+        if paired is not None:
+            relative_se = paired.rate
+            step_se = paired.step_time if paired.step_time is not None else min(step_se, relative_se)
     return RateEstimate(
         tokens_per_s=concurrency * sum(rates) / len(rates),
         relative_se=relative_se,
@@ -88,6 +104,12 @@ def estimate_rate(records: Sequence[RequestRecord], concurrency: int) -> RateEst
 def answered_requests(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     """The requests a level's rate is estimated from: answered, with tokens and a latency."""
     return [r for r in records if r.ok and r.completion_tokens and r.latency_s]
+
+
+def request_rows(records: Sequence[RequestRecord]) -> tuple[Request, ...]:
+    """Each answered request's prompt, rate and decode step time, in the order sent: what a
+    level keeps of its requests (LevelFigures.by_request) and pairs on."""
+    return tuple((r.prompt_id, request_rate(r), request_step_time_s(r)) for r in answered_requests(records))
 
 
 def request_rate(record: RequestRecord) -> float:
@@ -126,7 +148,7 @@ def stop_reason(target: LevelTarget, records: Sequence[RequestRecord]) -> str | 
         return "budget"
     if sent < target.min_requests:
         return None
-    estimate = estimate_rate(records, target.concurrency)
+    estimate = estimate_rate(records, target.concurrency, target.shared)
     if estimate is None:
         return None
     if target.best_tokens_per_s is not None:

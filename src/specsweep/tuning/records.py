@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 
 from specsweep.measurement.levels import acceptance_by_subcategory, level_drafted_share
-from specsweep.measurement.stopping import answered_requests, estimate_rate, request_rate, request_step_time_s
+from specsweep.measurement.stopping import estimate_rate, request_rows
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.runtime.measure import Measurement
 from specsweep.runtime.run_owner import RunOwner
@@ -76,7 +76,7 @@ def level_figures(
             by_subcategory=(acceptance_by_subcategory(level.records, subcategories) or None) if subcategories else None,
             drafted_share=level_drafted_share(level.records, s),
             prompt_tokens_mean=_prompt_tokens_mean(level.records),
-            by_request=_by_request(level.records),
+            by_request=request_rows(level.records) or None,
         )
     return out
 
@@ -85,11 +85,6 @@ def _prompt_tokens_mean(records: Sequence[RequestRecord]) -> float | None:
     """The mean prompt tokens the server counted (usage.prompt_tokens) over a level's answered requests."""
     counted = [r.prompt_tokens for r in records if r.ok and r.prompt_tokens is not None]
     return sum(counted) / len(counted) if counted else None
-
-
-def _by_request(records: Sequence[RequestRecord]) -> tuple[tuple[str, float, float | None], ...] | None:
-    """Each answered request's prompt, rate and decode step time, in the order sent."""
-    return tuple((r.prompt_id, request_rate(r), request_step_time_s(r)) for r in answered_requests(records)) or None
 
 
 def _precision(records: Sequence[RequestRecord], concurrency: int) -> float | None:

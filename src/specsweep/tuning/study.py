@@ -317,7 +317,7 @@ class StudyRunner:
         phase = records.trial_phase(trial)
         largest = spec is not None and spec.num_speculative_tokens == max(self.space.k_values)
         targets = level_targets(
-            self.config, records.measured_configs(self.study), key=key,
+            self.config, records.measured_configs(self.study), key=key, spec=spec,
             contender=repeat or phase == PLANNED,
             acceptance_run=phase in (Phase.LARGEST_K, Phase.SIBLING) or (phase is None and largest),
             looks_up=spec is not None and self.engine.looks_up(spec),

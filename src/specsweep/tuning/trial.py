@@ -18,8 +18,10 @@ from typing import Any
 
 import optuna
 
+from specsweep.analysis.drafters import candidate_of
 from specsweep.analysis.noise import run_to_run_noise
 from specsweep.analysis.study import measured_rates
+from specsweep.analysis.throughput import cell_group_requests
 from specsweep.config import StudyConfig
 from specsweep.engines.registry import EngineInfo, engine_info, server_args_without_spec
 from specsweep.errors import ConfigError, LaunchError, SpecsweepError
@@ -58,6 +60,7 @@ def level_targets(
     measured: Sequence[MeasuredConfig],
     *,
     key: str,
+    spec: SpeculativeConfig | None,
     contender: bool,
     acceptance_run: bool,
     looks_up: bool = False,
@@ -69,7 +72,8 @@ def level_targets(
     drafter's largest k so far, whose counters fit the acceptance of every shorter draft.
     ``looks_up``: its drafter looks its drafts up (n-gram, suffix), so its levels take the whole
     budget: its rate moves with each prompt's text, and the first prompts of a level's order are
-    not a sample of the workload (docs/search.md).
+    not a sample of the workload (docs/search.md). Each level's errors pair with the requests of
+    the levels of its cell group measured before (``spec``'s drafter at that concurrency).
     Rates are the rig's (modelled on the emulator), as the measurement gives them.
     """
     m = config.measure
@@ -79,8 +83,10 @@ def level_targets(
     for workload in study_workloads(config):
         engine = engine_info(config.server.engine)
         noise = run_to_run_noise(measured, workload, engine.run_noise)
+        groups = cell_group_requests(measured, workload)
         levels = {}
         for level in m.concurrency:
+            shared = groups.get((level, candidate_of(spec, level).drafter), {})
             rivals = [r for r in measured_rates(measured, workload, level) if r.key != key]
             least = m.max_requests if looks_up else max(ACCEPTANCE_MIN_REQUESTS if acceptance_run else 2, level)
             levels[level] = LevelTarget(
@@ -90,6 +96,7 @@ def level_targets(
                 precision=m.precision,
                 best_tokens_per_s=rivals[0].tokens_per_s if rivals and not contender else None,
                 best_noise=noise.relative_sd if noise is not None else None,
+                shared=tuple(shared.values()),
             )
         out[workload] = levels
     return out
