@@ -18,15 +18,15 @@ requests in flight (runtime/driver.py), when
   noise between server starts would buy nothing. se_T is the spread of the requests' own step
   times (decode span over decode steps, the steps counted from the request's own fields): the
   fits take step times, and acceptance is the counters' part. Without counted steps se_T is se.
+  A drafter that looks its drafts up is not measured adaptively: tuning/trial.level_targets gives
+  its levels the whole budget (docs/search.md says why, with the measured cases);
+- or it reached ``max_requests``.
 
 Where the study measured other levels of the same cell group (``LevelTarget.shared``: the same
 workload, concurrency and drafter, in earlier starts), se and se_T are paired on the prompts the
 level shares with them (measurement/paired.py), the error the step model will give the level:
 the prompts' own spread, which every level shares, is not the level's, except for the prompts
 it has not sent yet. Otherwise they come from its requests' spread alone.
-  A drafter that looks its drafts up is not measured adaptively: tuning/trial.level_targets gives
-  its levels the whole budget (docs/search.md says why, with the measured cases);
-- or it reached ``max_requests``.
 
 It never stops before ``min_requests``: one request per stream at B >= 2, two at B = 1, and
 more for a drafter's acceptance run (its counters give the acceptance of every shorter draft,
