@@ -43,7 +43,12 @@ def test_live_watch_reads_llama_server_counters_and_its_slot_gauge(real_engines,
                 seen.append(watcher.stdout.readline())
         finally:
             watcher.send_signal(subprocess.signal.SIGINT)  # Ctrl-C: the summary and the span line follow
-            out, err = watcher.communicate(timeout=60)
+            try:
+                out, err = watcher.communicate(timeout=60)
+            finally:
+                if watcher.poll() is None:  # no watch process outlives the test
+                    watcher.kill()
+                    watcher.communicate()
     assert watcher.returncode == 0, err
     lines = [json.loads(line) for line in [*seen, *out.splitlines()]]
     intervals, span = lines[:-1], lines[-1]

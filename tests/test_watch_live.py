@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -45,6 +46,7 @@ mix = { technical = 1.0 }
 """
 SCHEDULE_WINDOW_S = 1000  # modelled, as the schedule says it
 DRAIN_S = 50  # modelled: after a switch the previous window's requests finish
+STEADY = 'name = "steady"\n[[window]]\nduration_s = 3600\nstreams = 1\nmix = { technical = 1.0 }\n'
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +142,35 @@ def test_live_watch_without_a_rig_gives_acceptance_and_how_to_get_a_rig(start_em
     assert "recommended" not in result.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_live_watch_stops_on_ctrl_c_or_sigterm_even_started_with_sigint_ignored(
+    start_emulator, tmp_path, sig: signal.Signals
+) -> None:
+    """A background job of a non-interactive shell (or nohup) starts with SIGINT ignored, and
+    Python then installs no Ctrl-C handler of its own: watch still stops, with its summary."""
+    server, _, _ = start_traffic(start_emulator, tmp_path, STEADY)
+    command = [sys.executable, "-m", "specsweep", "watch", "--endpoint", server.url, "--interval", "0.25s",
+               "--window", "1h", "--json"]  # fmt: skip
+    watcher = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # noqa: PLW1509
+    )  # fmt: skip
+    try:
+        assert select.select([watcher.stdout], [], [], 60.0)[0], "watch printed nothing in 60 s"
+        first = watcher.stdout.readline()
+        watcher.send_signal(sig)
+        out, err = watcher.communicate(timeout=60)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.communicate()
+    assert watcher.returncode == 0, err
+    assert "Traceback" not in err, err
+    lines = [json.loads(line) for line in [first, *out.splitlines()]]
+    assert lines[-1]["kind"] == "span" and lines[-1]["span"]["acceptance"]["running_k"] == 5
+
+
 def test_live_watch_errors_are_one_line(tmp_path, rig_path) -> None:
     cases = [
         (["--endpoint", "http://127.0.0.1:9", "--duration", "1s"], "could not"),
@@ -154,9 +185,6 @@ def test_live_watch_errors_are_one_line(tmp_path, rig_path) -> None:
         assert message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
         if "--interval" not in args:  # a flag's value checked while parsing gets typer's usage box
             assert result.returncode == 1 and result.stderr.count("\n") == 1, (args, result.stderr)
-
-
-STEADY = 'name = "steady"\n[[window]]\nduration_s = 3600\nstreams = 1\nmix = { technical = 1.0 }\n'
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ from specsweep.runtime.client import api_key_from_env
 from specsweep.runtime.identity import read_server_identity
 from specsweep.runtime.modelled_time import ServerClock
 from specsweep.runtime.poll import poll_metrics
+from specsweep.runtime.stop_signals import sigterm_as_interrupt
 from specsweep.secrets import mask_url
 from specsweep.watch.engines import (
     check_model_labels,
@@ -225,10 +226,11 @@ def _live(endpoint, settings_for, *, engine, interval_s, duration_s, json_lines,
             view.update(watch_view(update.report, chosen_format, source=shown), refresh=True)
 
     try:
-        if view is not None:
-            view.start()
-        poll_metrics(endpoint, interval_s=interval_s, wanted=state.wanted, on_snapshot=on_snapshot,
-                     duration_s=duration_s, api_key=api_key)  # fmt: skip
+        with sigterm_as_interrupt():  # Ctrl-C or SIGTERM, even where SIGINT came in ignored
+            if view is not None:
+                view.start()
+            poll_metrics(endpoint, interval_s=interval_s, wanted=state.wanted, on_snapshot=on_snapshot,
+                         duration_s=duration_s, api_key=api_key)  # fmt: skip
     except KeyboardInterrupt:
         pass  # the normal way to stop watching: the summary follows
     finally:

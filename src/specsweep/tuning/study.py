@@ -23,6 +23,7 @@ from specsweep.runtime.client import api_key_from_env
 from specsweep.runtime.lease import reclaim_leases
 from specsweep.runtime.measure import thin_levels
 from specsweep.runtime.run_owner import this_run
+from specsweep.runtime.stop_signals import check_interrupt, no_interrupt, sigterm_as_interrupt
 from specsweep.runtime.trial_server import read_help_flags
 from specsweep.tuning import records
 from specsweep.tuning.budget import start_budget
@@ -37,13 +38,7 @@ from specsweep.tuning.events import (
     TrialReused,
     Waiting,
 )
-from specsweep.tuning.interrupts import (
-    INTERRUPTED,
-    check_interrupt,
-    no_interrupt,
-    sigterm_as_interrupt,
-    stopped_by_user,
-)
+from specsweep.tuning.interrupts import INTERRUPTED, stopped_by_user
 from specsweep.tuning.records import TrialOutcome
 from specsweep.tuning.search_words import Leaders
 from specsweep.tuning.space import (
