@@ -150,7 +150,9 @@ def test_boot_failures_fail_the_trial_and_the_study_goes_on(tmp_path: Path) -> N
     outcome = runner.run()
     assert any(isinstance(e, Note) and "temperature is 0" in e.text for e in events)
     failed = [t for t in outcome.study.trials if t.state == optuna.trial.TrialState.FAIL]
-    assert len(failed) == 1 and "OutOfMemoryError" in failed[0].user_attrs["fail_reason"]
+    assert len(failed) == 1 and "OutOfMemoryError" in failed[0].user_attrs["fail_reason"], [
+        (t.number, t.params, t.user_attrs.get("fail_reason")) for t in failed
+    ]
     assert json.loads(failed[0].user_attrs["spec"])["num_speculative_tokens"] == 4
     complete = [t for t in outcome.study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     first = [t.user_attrs["key"] for t in complete if not is_repeat(t)]

@@ -25,6 +25,8 @@ from specsweep.runtime.scraper import parse_metrics_text
 
 from .conftest import print_truth
 
+pytestmark = pytest.mark.alone  # a traffic schedule's windows are wall clock (pyproject.toml)
+
 PROFILE = "dgx-spark-v4-flash"
 SPEC = {"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic"}
 

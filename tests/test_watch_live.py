@@ -26,6 +26,8 @@ from specsweep.watch.report import served_lengths
 from .builders import exact_rig, specsweep
 from .watch_truth import PROFILE, RUNNING, TEMPERATURE, assert_acceptance_matches, spec, true_rates
 
+pytestmark = pytest.mark.alone  # a traffic schedule's windows are wall clock (pyproject.toml)
+
 SCALE = 100.0
 WINDOW_S = 400.0  # watch's windows, on the emulator's modelled clock (4 s of wall clock)
 # Technical text at one stream, then at four: the truth is k=2 (3.2% ahead of k=3, +21% over the

@@ -31,6 +31,8 @@ from .watch_truth import (
     true_rates,
 )
 
+pytestmark = pytest.mark.alone  # a traffic schedule's windows are wall clock (pyproject.toml)
+
 SCALE = 100.0
 # Ten idle wall seconds (1000 modelled) while Prometheus starts scraping (its discovery hands it the
 # targets up to 5 s after it starts, later on a busy machine), then two windows of ten modelled
