@@ -30,6 +30,9 @@ from specsweep.tuning.study_store import study_paths
 from .builders import emulator_study
 from .conftest import emulator_processes
 
+# faults injected mid-level: which requests they hit follows the emulator's timing (pyproject.toml)
+pytestmark = pytest.mark.alone
+
 K2 = '{"method":"dspark","num_speculative_tokens":2}'
 COMPLETE, FAIL = optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL
 
