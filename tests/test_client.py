@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specsweep.measurement.counters import CounterDelta
+from specsweep.measurement.levels import summarize_level
 from specsweep.runtime.client import StreamingClient, _StreamTracker
+from specsweep.types import RequestRecord
 from specsweep.workload import WorkloadPrompt
 
 PROMPT = WorkloadPrompt(id="p1", subcategory="", prompt="Write a long story about the sea.")
@@ -111,9 +115,36 @@ def test_connection_dropped_before_any_byte_is_retried_once() -> None:
         return httpx.Response(200, content=sse(chunk("a", usage=1), chunk("b", finish="length", usage=2)))
 
     record, _ = run(handler=handler)
-    assert record.ok and len(calls) == 2
+    assert record.ok and len(calls) == 2 and record.retried
     # the retry sends the same body: the same nonce, so the server sees the same prompt
     assert calls[0].content == calls[1].content
+    answered, _ = run(sse(chunk("a", usage=1), chunk("b", finish="length", usage=2)))
+    assert answered.ok and not answered.retried
+
+
+def test_a_retried_first_attempts_tokens_are_not_another_clients() -> None:
+    """The server may have generated up to max_tokens for an attempt whose connection dropped
+    before any byte came back: the level's counters include them, and they are this tool's."""
+
+    def delta(generated: float) -> CounterDelta:
+        return CounterDelta(
+            window_s=10.0, generation_tokens=generated, prompt_tokens=None, num_drafts=None, num_draft_tokens=None,
+            num_accepted_tokens=None, accepted_per_position=None, engines=1,
+        )  # fmt: skip
+
+    plain = RequestRecord(prompt_id="p", started_at=0.0, max_tokens=50, completion_tokens=50, latency_s=1.0)
+    retried = RequestRecord(
+        prompt_id="q", started_at=0.0, max_tokens=50, completion_tokens=50, latency_s=1.0, retried=True
+    )
+    # 100 answered, and the dropped first attempt's 30: nothing foreign
+    summary = summarize_level([plain, retried], concurrency=1, wall_s=2.0, delta=delta(130.0))
+    assert summary.foreign_tokens == 0.0
+    # the same growth with no retry: 30 tokens came from someone else
+    summary = summarize_level([plain, replace(retried, retried=False)], concurrency=1, wall_s=2.0, delta=delta(130.0))
+    assert summary.foreign_tokens == 30.0
+    # beyond what the dropped attempt could have asked for, the rest is still foreign
+    summary = summarize_level([plain, retried], concurrency=1, wall_s=2.0, delta=delta(170.0))
+    assert summary.foreign_tokens == 20.0
 
 
 def test_connection_refused_twice_is_reported() -> None:

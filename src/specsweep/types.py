@@ -178,6 +178,9 @@ class RequestRecord:
     # closed the stream on purpose mid-response: its level had measured enough (runtime/driver.py);
     # it has no usage, only the per-chunk counts of what arrived before
     cut: bool = False
+    # sent twice: the first attempt's connection dropped before any byte of its response; the
+    # server may have generated up to max_tokens for that attempt too
+    retried: bool = False
 
     @property
     def ok(self) -> bool:

@@ -244,7 +244,7 @@ class EmulatorApi:
             if crash:
                 _die_like_vllm()
             finish = emission.finish_reason
-            if drop and seq.generated * 2 >= parsed.max_tokens:
+            if drop and emitted and seq.generated * 2 >= parsed.max_tokens:
                 log.warning("Dropping the connection of request %s mid-stream (fault injection).", request_id)
                 if request.transport is not None:
                     request.transport.abort()

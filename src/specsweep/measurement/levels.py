@@ -145,9 +145,13 @@ def summarize_level(
     foreign = None
     if delta is not None and delta.generation_tokens is not None and delta.window_s > 0:
         server_rate = delta.generation_tokens / delta.window_s
-        # Every token the server generated for this tool, failed requests included, is at
-        # most what the requests asked for; growth beyond that came from someone else.
-        asked = sum((r.completion_tokens if r.ok else r.max_tokens) or 0 for r in (*records, *cut))
+        # Every token the server generated for this tool, failed requests and the first attempts
+        # of retried ones included, is at most what the requests asked for; growth beyond that
+        # came from someone else.
+        asked = sum(
+            ((r.completion_tokens if r.ok else r.max_tokens) or 0) + (r.max_tokens if r.retried else 0)
+            for r in (*records, *cut)
+        )
         foreign = max(0.0, delta.generation_tokens - asked)
     client_rate = output_tokens / wall_s if wall_s > 0 and ok else None
     return LevelSummary(

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import time
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -113,15 +114,15 @@ class StreamingClient:
         """Send one streaming request and time it; failures come back as a record with ``error``.
 
         A connection that drops before any byte of the response is retried once (llama.cpp
-        closes keep-alive connections after each stream). Once ``cut`` is set, the stream is
-        closed at its next piece (the server aborts a request whose client went away) and the
-        record says ``cut``, with the chunks that arrived before.
+        closes keep-alive connections after each stream); the record says ``retried``. Once
+        ``cut`` is set, the stream is closed at its next piece (the server aborts a request whose
+        client went away) and the record says ``cut``, with the chunks that arrived before.
         """
         body = self.request_body(prompt, max_tokens=max_tokens, temperature=temperature)
         path = "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
         record = await self._stream_once(path, body, prompt.id, max_tokens, cut)
         if record.error and record.error.startswith("connection:") and record.num_chunks == 0:
-            record = await self._stream_once(path, body, prompt.id, max_tokens, cut)
+            record = replace(await self._stream_once(path, body, prompt.id, max_tokens, cut), retried=True)
         return record
 
     async def _stream_once(
