@@ -21,6 +21,8 @@ from __future__ import annotations
 class SpecsweepError(Exception):
     """Base class: its message is shown to the user as one line."""
 
+    exit_code = 1  # the command's exit code; 130 (an interrupt) is said without "error:"
+
 
 class ConfigError(SpecsweepError):
     """A configuration value is missing, unknown or out of range."""

@@ -10,17 +10,18 @@ Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import typer
 
 from specsweep import __version__
-from specsweep.cli import emulate, measure, recommend, report, rig, study, watch, workloads
 from specsweep.errors import SpecsweepError
 from specsweep.secrets import mask_text
-from specsweep.tuning.interrupts import StudyInterrupted
+
+COMMANDS = ("study", "measure", "report", "recommend", "rig", "emulate", "workloads", "watch")
 
 
 def examples_epilog(examples: tuple[str, ...]) -> str:
@@ -36,18 +37,6 @@ EXAMPLES = (
     "specsweep recommend studies/emulator-technical --format vllm",
 )
 
-app = typer.Typer(
-    name="specsweep",
-    help="Find the speculative-decoding settings (draft length, draft sampling) that make an "
-    "inference server fastest on your workload.",
-    epilog=examples_epilog(EXAMPLES),
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    # Plain errors: a usage mistake is the usage line, a --help hint and one "Error:" line, not a panel.
-    rich_markup_mode=None,
-)
-
 
 def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     """``command`` with the errors a user can cause turned into one line and an exit code."""
@@ -56,30 +45,15 @@ def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except StudyInterrupted as exc:
-            print(f"specsweep: {mask_text(str(exc))}", file=sys.stderr)
-            raise typer.Exit(130) from None
-        except SpecsweepError as exc:
-            print(f"specsweep: error: {mask_text(str(exc))}", file=sys.stderr)
-            raise typer.Exit(1) from None
+        except SpecsweepError as exc:  # a study stopped by its user (130) is not an error
+            label = "" if exc.exit_code == 130 else "error: "
+            print(f"specsweep: {label}{mask_text(str(exc))}", file=sys.stderr)
+            raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             print("specsweep: interrupted.", file=sys.stderr)
             raise typer.Exit(130) from None
 
     return run
-
-
-for _name, _module in (
-    ("study", study),
-    ("measure", measure),
-    ("report", report),
-    ("recommend", recommend),
-    ("rig", rig),
-    ("emulate", emulate),
-    ("workloads", workloads),
-    ("watch", watch),
-):
-    app.command(_name, epilog=examples_epilog(_module.EXAMPLES))(_one_line_errors(getattr(_module, _name)))
 
 
 def _version(value: bool) -> None:
@@ -88,7 +62,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
@@ -97,10 +70,41 @@ def _root(
     """Find the speculative-decoding settings that make an inference server fastest."""
 
 
+def build_app(commands: Sequence[str] = COMMANDS) -> typer.Typer:
+    """The command line with ``commands``, each imported from its module (``specsweep.cli.NAME``)."""
+    app = typer.Typer(
+        name="specsweep",
+        help="Find the speculative-decoding settings (draft length, draft sampling) that make an "
+        "inference server fastest on your workload.",
+        epilog=examples_epilog(EXAMPLES),
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        # Plain errors: a usage mistake is the usage line, a --help hint and one "Error:" line, not a panel.
+        rich_markup_mode=None,
+    )
+    app.callback()(_root)
+    for name in commands:
+        module = importlib.import_module(f"specsweep.cli.{name}")
+        app.command(name, epilog=examples_epilog(module.EXAMPLES))(_one_line_errors(getattr(module, name)))
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    """``specsweep.cli.app``: every command, built on first use."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    app = globals()["app"] = build_app()
+    return app
+
+
 def main() -> None:
     """Entry point: typer's standalone mode exits with the command's code (2 for a usage error)."""
     sys.argv[1:] = old_spellings(sys.argv[1:])
-    app(prog_name="specsweep")
+    # A command imports its own module alone: the emulator, started once per server start of a
+    # study on it, then starts in under a second, where every command's imports take over two.
+    named = [arg for arg in sys.argv[1:2] if arg in COMMANDS]
+    build_app(named or COMMANDS)(prog_name="specsweep")
 
 
 def old_spellings(args: list[str]) -> list[str]:

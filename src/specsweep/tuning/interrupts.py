@@ -23,6 +23,8 @@ from specsweep.tuning.storage import redact_password
 class StudyInterrupted(SpecsweepError):
     """The user stopped the study (Ctrl-C or SIGTERM); everything measured is kept."""
 
+    exit_code = 130
+
 
 INTERRUPTED = "interrupted by the user"
 
