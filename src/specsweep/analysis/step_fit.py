@@ -290,7 +290,7 @@ def _jacobian(x: np.ndarray, g: np.ndarray, params: np.ndarray, p: int) -> np.nd
 def _bounded_lstsq(a: np.ndarray, b: np.ndarray, nonneg: int) -> np.ndarray:
     """Least squares with the first ``nonneg`` coefficients at or above zero. Bounded-variable
     least squares (an active-set method, exact in a few steps for these few coefficients): on the
-    README study's problems it returns the trust-region default's solution about six times faster
+    README study's problems it returns the trust-region default's solution about nine times faster
     (bench/step_fit_solver.py)."""
     lower = np.concatenate([np.zeros(nonneg), np.full(a.shape[1] - nonneg, -np.inf)])
     return np.asarray(optimize.lsq_linear(a, b, bounds=(lower, np.full(a.shape[1], np.inf)), method="bvls").x)
