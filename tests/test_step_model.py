@@ -16,7 +16,7 @@ from specsweep.analysis.drafters import Candidate, Drafter
 from specsweep.analysis.noise import noise_of
 from specsweep.analysis.rates import predict_throughput, sample_rates
 from specsweep.analysis.recommendation import recommend_draft_length
-from specsweep.analysis.step_fit import fit_step_model
+from specsweep.analysis.step_fit import fit_step_model, shared_start_sd
 from specsweep.analysis.step_model import (
     START_PRIOR,
     TAU_PRIOR,
@@ -172,6 +172,46 @@ def test_the_start_effect_recovers_a_known_run_to_run_noise(start_sd: float) -> 
         design = (0, 1, 2, 3, 5, 8) * 2
         found.append(fit_step_model(study(truth, drafter, seed=seed, start_sd=start_sd, design=design)).start_sd)
     assert 0.5 * start_sd <= np.median(found) <= 1.6 * start_sd
+
+
+def two_workloads(seed: int, start_sd: float, cell_sd: tuple[float, float]) -> list[list[StepObservation]]:
+    """Two workloads measured by the same starts, one start per configuration: each start moves
+    both by one factor; each workload's cells deviate from its physics by its own ``cell_sd``."""
+    rng = np.random.default_rng(seed)
+    truths = (SHAPES["straight"][0], SHAPES["fixed drafting cost"][0])
+    out: list[list[StepObservation]] = [[], []]
+    for start, k in enumerate((0, 1, 2, 3, 5, 8)):
+        factor = math.exp(rng.normal(0.0, start_sd))
+        for w, truth in enumerate(truths):
+            for b in (1, 4):
+                deviation = math.exp(rng.normal(0.0, cell_sd[w]))
+                out[w].append(
+                    StepObservation(
+                        concurrency=b, num_speculative_tokens=k, drafter=None if k == 0 else DSPARK, start=start,
+                        step_time_s=truth(b, k) * factor * deviation * math.exp(rng.normal(0.0, 0.01)),
+                        relative_se=0.01,
+                    )
+                )  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize(("start_sd", "cell_sd"), [(0.08, (0.005, 0.005)), (0.03, (0.06, 0.005))])
+def test_workloads_a_start_measured_tell_its_effect_from_each_configurations_own(start_sd, cell_sd) -> None:
+    """With one start per configuration, one workload's deviations are the start's and the cell's
+    at once; a start moves every workload it measured alike, so together they tell the two apart.
+    Over eight seeds the shared estimate follows the truth's start sd, where a large cell spread
+    of one workload (second case) would otherwise be read as start noise."""
+    found = [shared_start_sd(two_workloads(seed, start_sd, cell_sd)) for seed in range(8)]
+    assert all(f is not None for f in found)
+    sds = [f[0] for f in found if f is not None]
+    assert 0.6 * start_sd <= np.median(sds) <= 1.5 * start_sd
+    # a fit that holds it: sigma_start as given, its degrees of freedom as given
+    held = fit_step_model(two_workloads(0, start_sd, cell_sd)[0], shared_start=(start_sd, 7.0))
+    assert held.start_sd == pytest.approx(start_sd) and held.spread_df == 7.0
+
+
+def test_one_workload_has_no_shared_start_effect_to_estimate() -> None:
+    assert shared_start_sd(two_workloads(0, 0.05, (0.01, 0.01))[:1]) is None
 
 
 @pytest.mark.parametrize("repeats", [1, 2, 4])

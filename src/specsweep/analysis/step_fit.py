@@ -11,6 +11,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import optimize
@@ -23,6 +24,7 @@ from specsweep.analysis.step_model import (
     START_PRIOR,
     TAU_PRIOR,
     TAU_PRIOR_WIDTHS_UNKNOWN,
+    Cell,
     CellKey,
     Design,
     StepObservation,
@@ -40,35 +42,22 @@ def fit_step_model(
     *,
     start_prior: RunNoisePrior | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
+    shared_start: tuple[float, float] | None = None,
 ) -> StepPosterior:
-    """The step model over every observation. FitError when nothing is usable."""
-    usable = [o for o in observations if o.step_time_s > 0 and math.isfinite(o.step_time_s) and o.concurrency >= 1]
-    if not usable:
-        raise FitError("no measured level gives a step time: measure at least one configuration.")
+    """The step model over every observation. FitError when nothing is usable. ``shared_start``:
+    sigma_start and the degrees of freedom it is known on, from ``shared_start_sd`` over every
+    workload the study's starts measured; it is then held, and only tau fitted here."""
     prior = start_prior or START_PRIOR
-    methods = tuple(sorted({o.drafter.method for o in usable if o.drafter is not None and o.num_speculative_tokens}))
-    sampled = tuple(
-        m for m in methods
-        if any(o.drafter is not None and o.drafter.method == m and o.drafter.draft_sample_method != "greedy"
-               and o.num_speculative_tokens for o in usable)
-    )  # fmt: skip
-    y = np.log([o.step_time_s for o in usable])
-    # a level's own error: from its requests' spread; not known (a study stored before it was kept,
-    # a rig's derived level), the engine's usual noise
-    se = np.array([max(o.relative_se if o.relative_se else prior.relative_sd, MIN_LEVEL_SE) for o in usable])
-    starts = sorted({o.start for o in usable})
-    z_start = np.array([[1.0 if o.start == s else 0.0 for s in starts] for o in usable])
-    cells = sorted({o.cell.key: o.cell for o in usable}.values(), key=lambda c: c.key)
-    keys = [c.key for c in cells]
-    z_cell = np.array([[1.0 if o.cell.key == key else 0.0 for key in keys] for o in usable])
-    shares = [o.drafted_share for o in usable]
-
-    reads_context = any(o.context_tokens for o in usable)
+    tau = TAU_PRIOR_WIDTHS_UNKNOWN if captured_widths.unknown else TAU_PRIOR
+    group = _Group.of(observations, prior)
+    if group is None:
+        raise FitError("no measured level gives a step time: measure at least one configuration.")
+    usable, se = group.observations, group.se
+    z_start = _indicators([o.start for o in usable])
 
     def fitted(knee: float | None, log_sd: np.ndarray | None = None) -> _Fit:
-        design = design_of([o.cell for o in usable], shares, methods, sampled, captured_widths, knee, reads_context)
-        tau = TAU_PRIOR_WIDTHS_UNKNOWN if captured_widths.unknown else TAU_PRIOR
-        return _fit_components(y, se, z_start, z_cell, design, prior, tau, knee, log_sd)
+        design = group.design(captured_widths, knee)
+        return _fit_components(group.y, se, z_start, [group.z_cell], design, prior, tau, knee, log_sd, shared_start)
 
     def score(fit: _Fit) -> float:  # two more parameters with a knee, its place and slope (AIC)
         return fit.objective + (0.0 if fit.knee is None else 2.0)
@@ -95,8 +84,8 @@ def fit_step_model(
     for o in usable:
         share_of.setdefault(o.cell.key, []).append(o.drafted_share)
     return StepPosterior(
-        methods=methods,
-        sampled_methods=sampled,
+        methods=group.methods,
+        sampled_methods=group.sampled,
         captured_widths=captured_widths,
         knee=fit.knee,
         theta=fit.theta,
@@ -106,16 +95,100 @@ def fit_step_model(
         start_sd=fit.start_sd,
         cell_sd=fit.cell_sd,
         level_se=float(np.sqrt(np.mean(se**2))),
-        cells=tuple(cells),
+        cells=group.cells,
         deviation=fit.deviation,
         deviation_cov=fit.deviation_cov,
         gain=fit.gain,
-        observations=tuple(usable),
-        log_times=y,
+        observations=usable,
+        log_times=group.y,
         drafted_share={key: float(np.mean(v)) for key, v in share_of.items()},
         df=max(len(usable) - fit.theta.size - fit.gamma.size, 0),
         spread_df=fit.spread_df,
     )
+
+
+def shared_start_sd(
+    workloads: Sequence[Sequence[StepObservation]],
+    *,
+    start_prior: RunNoisePrior | None = None,
+    captured_widths: CapturedWidths = CapturedWidths(),
+) -> tuple[float, float] | None:
+    """sigma_start, and the degrees of freedom it is known on, from every workload at once: the
+    same model, its start effect one per start and shared by every workload that start measured,
+    each workload with its own costs and its own tau (no knee). A start measures every workload,
+    so the part of a configuration's deviation the workloads share is the start's, and the part
+    they do not is tau's: one workload alone cannot tell them apart when each configuration had
+    one start. None: fewer than two workloads with a usable level."""
+    prior = start_prior or START_PRIOR
+    tau = TAU_PRIOR_WIDTHS_UNKNOWN if captured_widths.unknown else TAU_PRIOR
+    groups = [g for g in (_Group.of(w, prior) for w in workloads) if g is not None]
+    if len(groups) < 2:
+        return None
+    designs = [g.design(captured_widths, None) for g in groups]
+    design = Design(_block([d.features for d in designs]), _block([d.sampled for d in designs]))
+    z_cells = _block([g.z_cell for g in groups])
+    edges = np.cumsum([0, *(g.z_cell.shape[1] for g in groups)])
+    z_start = _indicators([o.start for g in groups for o in g.observations])
+    y, se = np.concatenate([g.y for g in groups]), np.concatenate([g.se for g in groups])
+    blocks = [z_cells[:, a:b] for a, b in itertools.pairwise(edges)]
+    fit = _fit_components(y, se, z_start, blocks, design, prior, tau, None)
+    return fit.start_sd, fit.spread_df
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """One workload's usable levels and what the fit reads of them."""
+
+    observations: tuple[StepObservation, ...]
+    methods: tuple[str, ...]
+    sampled: tuple[str, ...]  # the methods measured with a non-greedy draft sampling
+    y: np.ndarray  # log step times
+    se: np.ndarray  # each level's own relative error
+    cells: tuple[Cell, ...]
+    z_cell: np.ndarray
+
+    @classmethod
+    def of(cls, observations: Sequence[StepObservation], prior: RunNoisePrior) -> _Group | None:
+        usable = tuple(
+            o for o in observations if o.step_time_s > 0 and math.isfinite(o.step_time_s) and o.concurrency >= 1
+        )
+        if not usable:
+            return None
+        drafting = [o for o in usable if o.drafter is not None and o.num_speculative_tokens]
+        methods = tuple(sorted({o.drafter.method for o in drafting if o.drafter is not None}))
+        sampled = tuple(m for m in methods if any(
+            o.drafter is not None and o.drafter.method == m and o.drafter.draft_sample_method != "greedy"
+            for o in drafting
+        ))  # fmt: skip
+        cells = tuple(sorted({o.cell.key: o.cell for o in usable}.values(), key=lambda c: c.key))
+        # a level's own error: from its requests' spread; not known (a study stored before it was
+        # kept, a rig's derived level), the engine's usual noise
+        se = np.array([max(o.relative_se if o.relative_se else prior.relative_sd, MIN_LEVEL_SE) for o in usable])
+        z_cell = _indicators([o.cell.key for o in usable], [c.key for c in cells])
+        return cls(usable, methods, sampled, np.log([o.step_time_s for o in usable]), se, cells, z_cell)
+
+    def design(self, widths: CapturedWidths, knee: float | None) -> Design:
+        reads_context = any(o.context_tokens for o in self.observations)
+        return design_of(
+            [o.cell for o in self.observations], [o.drafted_share for o in self.observations], self.methods,
+            self.sampled, widths, knee, reads_context,
+        )  # fmt: skip
+
+
+def _indicators(labels: Sequence[Any], columns: Sequence[Any] | None = None) -> np.ndarray:
+    """One column per distinct label (sorted, or ``columns``): 1 where a row has it."""
+    columns = sorted(set(labels)) if columns is None else columns
+    return np.array([[1.0 if label == column else 0.0 for column in columns] for label in labels])
+
+
+def _block(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The block-diagonal matrix of ``parts``."""
+    out = np.zeros((sum(p.shape[0] for p in parts), sum(p.shape[1] for p in parts)))
+    r = c = 0
+    for part in parts:
+        out[r : r + part.shape[0], c : c + part.shape[1]] = part
+        r, c = r + part.shape[0], c + part.shape[1]
+    return out
 
 
 def _knees(observations: Sequence[StepObservation], widths: CapturedWidths) -> list[float | None]:
@@ -148,27 +221,35 @@ def _fit_components(
     y: np.ndarray,
     se: np.ndarray,
     z_start: np.ndarray,
-    z_cell: np.ndarray,
+    z_cells: Sequence[np.ndarray],
     design: Design,
     prior: RunNoisePrior,
     tau_prior: RunNoisePrior,
     knee: float | None,
     log_sd: np.ndarray | None = None,
+    shared_start: tuple[float, float] | None = None,
 ) -> _Fit:
     """Variance components by their restricted marginal likelihood times their priors; the mean by
-    generalised least squares given them. A part of the step the measurements cannot tell from the
-    others (every level at one concurrency: a sequence's cost from a step's) is left out, at zero
-    cost: the measured cells carry it, and an unmeasured one's deviation carries what it misses."""
+    generalised least squares given them. ``z_cells``: one block of cell columns per tau (one per
+    workload). A part of the step the measurements cannot tell from the others (every level at
+    one concurrency: a sequence's cost from a step's) is left out, at zero cost: the measured
+    cells carry it, and an unmeasured one's deviation carries what it misses. ``shared_start``
+    holds sigma_start (and its degrees of freedom) where every workload estimated it."""
     full = design
     kept = _independent_columns(full.features)
     design = Design(full.features[:, kept], full.sampled)
     scale = np.maximum(design.features.max(axis=0), 1e-12)
     p = design.features.shape[1]
+    start_outer = z_start @ z_start.T
+    cell_outers = [z @ z.T for z in z_cells]
+    z_cell = np.hstack(list(z_cells))
     warm: list[np.ndarray] = []
 
     def covariance(log_sd: np.ndarray) -> np.ndarray:
-        s, t = np.exp(log_sd)
-        v: np.ndarray = s * s * z_start @ z_start.T + t * t * z_cell @ z_cell.T + np.diag(se**2)
+        sd = np.exp(log_sd)
+        v: np.ndarray = sd[0] ** 2 * start_outer + np.diag(se**2)
+        for t, outer in zip(sd[1:], cell_outers, strict=True):
+            v = v + t * t * outer
         return v
 
     def objective(log_sd: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, float]:
@@ -181,30 +262,44 @@ def _fit_components(
         scaled_info = info / np.outer(unscale, unscale)  # of (theta * scale, gamma): well conditioned
         _, logdet_info = np.linalg.slogdet(scaled_info)
         value = 0.5 * (resid @ np.linalg.solve(v, resid) + logdet)
-        for sd, belief in ((math.exp(log_sd[0]), prior), (math.exp(log_sd[1]), tau_prior)):
-            value -= _log_scaled_inv_chi2(sd, belief)
+        value -= _log_scaled_inv_chi2(math.exp(log_sd[0]), prior)
+        for log_tau in log_sd[1:]:
+            value -= _log_scaled_inv_chi2(math.exp(log_tau), tau_prior)
         return float(value + 0.5 * logdet_info), params, scaled_info, float(value)
 
     def criterion(z: np.ndarray) -> float:
         return objective(np.clip(z, math.log(1e-4), 0.0))[0]
 
     optimised = log_sd is None
-    if log_sd is None:
+    if log_sd is None and shared_start is not None:  # one tau, sigma_start held
+        held = math.log(max(shared_start[0], 1e-4))
+        found = optimize.minimize_scalar(
+            lambda t: criterion(np.array([held, t])), bounds=(math.log(1e-4), 0.0), method="bounded",
+            options={"xatol": 0.02},
+        )  # fmt: skip
+        log_sd = np.array([held, float(found.x)])
+    elif log_sd is None:
         result = optimize.minimize(
-            criterion, np.log([prior.relative_sd, tau_prior.relative_sd]), method="Nelder-Mead",
-            options={"xatol": 0.05, "fatol": 1e-3, "maxiter": 80},
+            criterion, np.log([prior.relative_sd, *[tau_prior.relative_sd] * len(z_cells)]), method="Nelder-Mead",
+            options={"xatol": 0.05, "fatol": 1e-3, "maxiter": 80 * len(z_cells)},
         )  # fmt: skip
         log_sd = result.x
     log_sd = np.clip(log_sd, math.log(1e-4), 0.0)
     _, params, scaled_info, value = objective(log_sd)
-    spread_df = _spread_df(criterion, log_sd, prior.df) if optimised else math.inf
+    if not optimised:
+        spread_df = math.inf
+    elif shared_start is not None:
+        spread_df = shared_start[1]
+    else:
+        spread_df = _spread_df(criterion, log_sd, prior.df)
     theta, gamma = params[:p] / scale, params[p:]
     v = covariance(log_sd)
     resid = y - np.log(np.maximum(mu(design, theta, gamma), 1e-12))
-    tau2 = math.exp(2 * log_sd[1])
+    # each cell column's tau^2: its workload's
+    tau2 = np.concatenate([np.full(z.shape[1], math.exp(2 * t)) for z, t in zip(z_cells, log_sd[1:], strict=True)])
     v_inv = np.linalg.inv(v)
-    gain = tau2 * z_cell.T @ v_inv
-    deviation_cov = tau2 * np.eye(z_cell.shape[1]) - tau2 * tau2 * z_cell.T @ v_inv @ z_cell
+    gain = tau2[:, None] * (z_cell.T @ v_inv)
+    deviation_cov = np.diag(tau2) - gain @ z_cell * tau2[None, :]
     covariance_params = np.linalg.inv(scaled_info)
     # back to every part, the ones left out at zero cost and no spread
     every = full.features.shape[1]
@@ -221,7 +316,7 @@ def _fit_components(
         scale=scale_full,
         covariance=covariance_full,
         start_sd=math.exp(log_sd[0]),
-        cell_sd=math.sqrt(tau2),
+        cell_sd=math.exp(log_sd[1]),  # the first workload's: a fit of one workload has one
         deviation=gain @ resid,
         deviation_cov=(deviation_cov + deviation_cov.T) / 2,
         gain=gain,
@@ -231,9 +326,9 @@ def _fit_components(
 
 def _spread_df(criterion: Callable[[np.ndarray], float], at: np.ndarray, prior_df: float) -> float:
     """The degrees of freedom the start-to-start spread is known with: nu = 1 / (2 var(log sigma_start)),
-    var from the criterion's curvature in the two log sds (a chi-square estimate of a variance on nu
+    var from the criterion's curvature in the log sds (a chi-square estimate of a variance on nu
     degrees of freedom has var(log sigma) = 1 / (2 nu)). Never below the prior's own, never above 200."""
-    var = float(inverse_hessian(criterion, at, [(math.log(1e-4), 0.0)] * 2)[0, 0])
+    var = float(inverse_hessian(criterion, at, [(math.log(1e-4), 0.0)] * at.size)[0, 0])
     return float(min(max(1.0 / (2.0 * var), prior_df), 200.0))
 
 

@@ -32,7 +32,7 @@ from specsweep.analysis.positions import lend_positions
 from specsweep.analysis.rates import RatePrediction, RateSample, predict_throughput, sample_rates
 from specsweep.analysis.recommendation import Recommendation, recommend_from_sample
 from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
-from specsweep.analysis.throughput import ThroughputModel, family_observations, fit_throughput_model
+from specsweep.analysis.throughput import ThroughputModel, family_observations, fit_throughput_model, study_start_sd
 from specsweep.config import DRAFT_SAMPLE_METHODS
 from specsweep.errors import FitError
 from specsweep.types import (
@@ -81,6 +81,7 @@ def model_workload(
     seed: int = 0,
     noise_prior: RunNoisePrior | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
+    shared_start: tuple[float, float] | None = None,
 ) -> WorkloadModel:
     """The acceptance fits and the step model of one workload, from the feasible configurations;
     the start effect is drawn toward the engine's ``noise_prior`` (analysis/noise.py), and steps
@@ -93,7 +94,11 @@ def model_workload(
     if not any(o.context_tokens == context for o in observations):
         return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=None)
     throughput = fit_throughput_model(
-        observations, start_prior=noise_prior, captured_widths=captured_widths, context_tokens=context
+        observations,
+        start_prior=noise_prior,
+        captured_widths=captured_widths,
+        context_tokens=context,
+        shared_start=shared_start,
     )
     noise = noise_of(throughput, workload, noise_prior)
     return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput, noise=noise)
@@ -175,10 +180,11 @@ def analyze_study(
     recommendations: list[Recommendation] = []
     samples: dict[tuple[str, int], RateSample] = {}
     snippets: list[SnippetPlan] = []
+    shared = study_start_sd(measured, workloads, start_prior=noise_prior, captured_widths=captured_widths)
     for workload in workloads:
         fitted = model_workload(
             measured, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed, noise_prior=noise_prior,
-            captured_widths=captured_widths,
+            captured_widths=captured_widths, shared_start=shared,
         )  # fmt: skip
         acceptance.extend(fitted.acceptance)
         model = fitted.throughput

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of
-from specsweep.analysis.step_fit import fit_step_model
+from specsweep.analysis.step_fit import fit_step_model, shared_start_sd
 from specsweep.analysis.step_model import Cell, StepObservation, StepPosterior
 from specsweep.errors import FitError
 from specsweep.measurement.paired import Request, paired_errors
@@ -208,6 +208,7 @@ def fit_throughput_model(
     start_prior: RunNoisePrior | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
     context_tokens: int = 0,
+    shared_start: tuple[float, float] | None = None,
 ) -> ThroughputModel:
     """The one step model from measured rates, read at ``context_tokens`` (the model's own levels
     are those measured there). FitError when nothing is usable."""
@@ -220,7 +221,19 @@ def fit_throughput_model(
             )
     if not observations:
         raise FitError("no throughput observations: measure at least one configuration.")
-    steps = [
+    steps = step_observations(observations)
+    posterior = _fitted(tuple(steps), start_prior, captured_widths, shared_start)
+    return ThroughputModel(
+        posterior=posterior,
+        observations=tuple(observations),
+        concurrency_levels=tuple(sorted({o.concurrency for o in observations if o.context_tokens == context_tokens})),
+        context_tokens=context_tokens,
+    )
+
+
+def step_observations(observations: Sequence[ThroughputObservation]) -> list[StepObservation]:
+    """The step model's observations of measured rates."""
+    return [
         StepObservation(
             concurrency=o.concurrency,
             num_speculative_tokens=o.num_speculative_tokens,
@@ -233,22 +246,37 @@ def fit_throughput_model(
         )
         for o in observations
     ]
-    posterior = _fitted(tuple(steps), start_prior, captured_widths)
-    return ThroughputModel(
-        posterior=posterior,
-        observations=tuple(observations),
-        concurrency_levels=tuple(sorted({o.concurrency for o in observations if o.context_tokens == context_tokens})),
-        context_tokens=context_tokens,
-    )
+
+
+def study_start_sd(
+    configs: Sequence[MeasuredConfig],
+    workloads: Iterable[str],
+    *,
+    start_prior: RunNoisePrior | None = None,
+    captured_widths: CapturedWidths = CapturedWidths(),
+) -> tuple[float, float] | None:
+    """sigma_start (and the degrees of freedom it is known on) once for a study, over every workload
+    its starts measured (analysis/step_fit.py ``shared_start_sd``): what each workload's step model
+    then holds. None: one workload, or a fit that failed (each workload then estimates its own)."""
+    bases = sorted({parse_context_variant(w)[0] for w in workloads})
+    feasible = [c for c in configs if c.feasible]
+    groups = [step_observations(family_observations(feasible, base)) for base in bases]
+    try:
+        return shared_start_sd(groups, start_prior=start_prior, captured_widths=captured_widths)
+    except (FitError, np.linalg.LinAlgError):
+        return None
 
 
 @functools.lru_cache(maxsize=16)
 def _fitted(
-    steps: tuple[StepObservation, ...], start_prior: RunNoisePrior | None, captured_widths: CapturedWidths
+    steps: tuple[StepObservation, ...],
+    start_prior: RunNoisePrior | None,
+    captured_widths: CapturedWidths,
+    shared_start: tuple[float, float] | None = None,
 ) -> StepPosterior:
     """The step model of these levels, fitted once: every context level of a workload reads the
     same fit (the fit is deterministic and its posterior immutable)."""
-    return fit_step_model(steps, start_prior=start_prior, captured_widths=captured_widths)
+    return fit_step_model(steps, start_prior=start_prior, captured_widths=captured_widths, shared_start=shared_start)
 
 
 def part_names(posterior: StepPosterior) -> list[str]:

@@ -10,6 +10,7 @@ from specsweep.analysis.drafters import Candidate
 from specsweep.analysis.noise import RunNoise
 from specsweep.analysis.rates import RateSample, sample_rates
 from specsweep.analysis.study import WorkloadModel, measured_rates, model_workload, study_k_max
+from specsweep.analysis.throughput import study_start_sd
 from specsweep.analysis.value import CellBelief
 from specsweep.errors import FitError
 from specsweep.types import CapturedWidths, MeasuredConfig, StudySettings
@@ -83,11 +84,17 @@ def model_search(
 ) -> dict[str, WorkloadModel]:
     """The report's models of every workload."""
     k_max = study_k_max(configs, k_max)
+    shared = study_start_sd(configs, workloads, start_prior=noise_prior, captured_widths=captured_widths)
     out = {}
     for name in workloads:
         try:
             out[name] = model_workload(
-                configs, name, k_max=k_max, noise_prior=noise_prior, captured_widths=captured_widths
+                configs,
+                name,
+                k_max=k_max,
+                noise_prior=noise_prior,
+                captured_widths=captured_widths,
+                shared_start=shared,
             )
         except FitError:
             continue
