@@ -135,7 +135,7 @@ def main() -> None:
     for workload in WORKLOADS:
         rates = {candidate_of(c.spec, 1): r for c in grid_configs if (r := c.rate(workload, 1))}
         best = max(rates, key=rates.__getitem__)
-        noise = run_to_run_noise(grid_configs, workload, engine_info("llama.cpp").run_noise)
+        noise = run_to_run_noise(grid_configs, workload, engine_info("llama.cpp").run_noise, workloads=WORKLOADS)
         for sampler, (_, analysis) in ways.items():
             plan = analysis.snippet(workload)
             paste = plan.choice_by_concurrency[1]

@@ -11,11 +11,11 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from specsweep.analysis.step_model import CellKey
-from specsweep.analysis.throughput import ThroughputModel, family_observations, fit_throughput_model
+from specsweep.analysis.throughput import ThroughputModel, family_observations, fit_throughput_model, study_start_sd
 from specsweep.types import MeasuredConfig, RunNoisePrior
 
 
@@ -60,11 +60,18 @@ def noise_of(model: ThroughputModel, workload: str, prior: RunNoisePrior | None 
 
 
 def run_to_run_noise(
-    configs: Sequence[MeasuredConfig], workload: str, prior: RunNoisePrior | None = None
+    configs: Sequence[MeasuredConfig],
+    workload: str,
+    prior: RunNoisePrior | None = None,
+    *,
+    workloads: Iterable[str] = (),
 ) -> RunNoise | None:
     """The run-to-run noise of ``workload`` from the step model of its feasible configurations
-    (None: nothing measured)."""
-    observations = family_observations([c for c in configs if c.feasible], workload)
+    (None: nothing measured), its start spread the one the study's ``workloads`` share, as the
+    search and the report read it (throughput.study_start_sd)."""
+    feasible = [c for c in configs if c.feasible]
+    observations = family_observations(feasible, workload)
     if not observations:
         return None
-    return noise_of(fit_throughput_model(observations, start_prior=prior), workload, prior)
+    shared = study_start_sd(feasible, {workload, *workloads}, start_prior=prior)
+    return noise_of(fit_throughput_model(observations, start_prior=prior, shared_start=shared), workload, prior)

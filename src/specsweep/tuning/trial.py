@@ -80,9 +80,10 @@ def level_targets(
     if m.requests is not None:
         return None
     out: dict[str, dict[int, LevelTarget]] = {}
-    for workload in study_workloads(config):
+    names = list(study_workloads(config))
+    for workload in names:
         engine = engine_info(config.server.engine)
-        noise = run_to_run_noise(measured, workload, engine.run_noise)
+        noise = run_to_run_noise(measured, workload, engine.run_noise, workloads=names)
         groups = cell_group_requests(measured, workload)
         levels = {}
         for level in m.concurrency:
