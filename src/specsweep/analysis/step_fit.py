@@ -7,6 +7,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from scipy import optimize
+from scipy.linalg import block_diag
 
 from specsweep.analysis.fits import inverse_hessian
 from specsweep.analysis.step_model import (
@@ -57,7 +59,7 @@ def fit_step_model(
 
     def fitted(knee: float | None, log_sd: np.ndarray | None = None) -> _Fit:
         design = group.design(captured_widths, knee)
-        return _fit_components(group.y, se, z_start, [group.z_cell], design, prior, tau, knee, log_sd, shared_start)
+        return _fit_components(group.y, se, [z_start], [group.z_cell], design, prior, tau, knee, log_sd, shared_start)
 
     def score(fit: _Fit) -> float:  # two more parameters with a knee, its place and slope (AIC)
         return fit.objective + (0.0 if fit.knee is None else 2.0)
@@ -114,24 +116,26 @@ def shared_start_sd(
     captured_widths: CapturedWidths = CapturedWidths(),
 ) -> tuple[float, float] | None:
     """sigma_start, and the degrees of freedom it is known on, from every workload at once: the
-    same model, its start effect one per start and shared by every workload that start measured,
-    each workload with its own costs and its own tau (no knee). A start measures every workload,
-    so the part of a configuration's deviation the workloads share is the start's, and the part
-    they do not is tau's: one workload alone cannot tell them apart when each configuration had
-    one start. None: fewer than two workloads with a usable level."""
+    same model, each workload with its own costs and its own tau (no knee), and a start's effect
+    in two parts: one shared by every workload the start measured, and one of each workload in
+    it (a start that ran prose slow and technical fast). One workload alone cannot tell a start's
+    effect from a configuration's own deviation when each configuration had one start; across
+    workloads, the part they share is the start's. sigma_start is both parts together, what one
+    workload's fit reads. None: fewer than two workloads with a usable level."""
     prior = start_prior or START_PRIOR
     tau = TAU_PRIOR_WIDTHS_UNKNOWN if captured_widths.unknown else TAU_PRIOR
     groups = [g for g in (_Group.of(w, prior) for w in workloads) if g is not None]
     if len(groups) < 2:
         return None
     designs = [g.design(captured_widths, None) for g in groups]
-    design = Design(_block([d.features for d in designs]), _block([d.sampled for d in designs]))
-    z_cells = _block([g.z_cell for g in groups])
+    design = Design(block_diag(*[d.features for d in designs]), block_diag(*[d.sampled for d in designs]))
+    z_cells = block_diag(*[g.z_cell for g in groups])
     edges = np.cumsum([0, *(g.z_cell.shape[1] for g in groups)])
     z_start = _indicators([o.start for g in groups for o in g.observations])
+    z_own = _indicators([(o.start, w) for w, g in enumerate(groups) for o in g.observations])
     y, se = np.concatenate([g.y for g in groups]), np.concatenate([g.se for g in groups])
     blocks = [z_cells[:, a:b] for a, b in itertools.pairwise(edges)]
-    fit = _fit_components(y, se, z_start, blocks, design, prior, tau, None)
+    fit = _fit_components(y, se, [z_start, z_own], blocks, design, prior, tau, None)
     return fit.start_sd, fit.spread_df
 
 
@@ -181,16 +185,6 @@ def _indicators(labels: Sequence[Any], columns: Sequence[Any] | None = None) -> 
     return np.array([[1.0 if label == column else 0.0 for column in columns] for label in labels])
 
 
-def _block(parts: Sequence[np.ndarray]) -> np.ndarray:
-    """The block-diagonal matrix of ``parts``."""
-    out = np.zeros((sum(p.shape[0] for p in parts), sum(p.shape[1] for p in parts)))
-    r = c = 0
-    for part in parts:
-        out[r : r + part.shape[0], c : c + part.shape[1]] = part
-        r, c = r + part.shape[0], c + part.shape[1]
-    return out
-
-
 def _knees(observations: Sequence[StepObservation], widths: CapturedWidths) -> list[float | None]:
     """Where a knee could sit: none, or at or between the verified widths measured, inside their range."""
     measured = sorted({padded(o.concurrency * (k + 1), widths.at(k)) for o in observations
@@ -220,7 +214,7 @@ class _Fit:
 def _fit_components(
     y: np.ndarray,
     se: np.ndarray,
-    z_start: np.ndarray,
+    z_starts: Sequence[np.ndarray],
     z_cells: Sequence[np.ndarray],
     design: Design,
     prior: RunNoisePrior,
@@ -230,8 +224,9 @@ def _fit_components(
     shared_start: tuple[float, float] | None = None,
 ) -> _Fit:
     """Variance components by their restricted marginal likelihood times their priors; the mean by
-    generalised least squares given them. ``z_cells``: one block of cell columns per tau (one per
-    workload). A part of the step the measurements cannot tell from the others (every level at
+    generalised least squares given them. ``z_starts``: the start effect's parts (sigma_start is
+    their sizes together, a priori the start prior's), ``z_cells``: one block of cell columns per
+    tau (one per workload). A part of the step the measurements cannot tell from the others (every level at
     one concurrency: a sequence's cost from a step's) is left out, at zero cost: the measured
     cells carry it, and an unmeasured one's deviation carries what it misses. ``shared_start``
     holds sigma_start (and its degrees of freedom) where every workload estimated it."""
@@ -240,16 +235,16 @@ def _fit_components(
     design = Design(full.features[:, kept], full.sampled)
     scale = np.maximum(design.features.max(axis=0), 1e-12)
     p = design.features.shape[1]
-    start_outer = z_start @ z_start.T
-    cell_outers = [z @ z.T for z in z_cells]
+    outers = [z @ z.T for z in (*z_starts, *z_cells)]
+    n_start = len(z_starts)  # the parts share the start prior: their total is a priori the engine's usual
+    part_prior = dataclasses.replace(prior, relative_sd=prior.relative_sd / math.sqrt(n_start))
     z_cell = np.hstack(list(z_cells))
     warm: list[np.ndarray] = []
 
     def covariance(log_sd: np.ndarray) -> np.ndarray:
-        sd = np.exp(log_sd)
-        v: np.ndarray = sd[0] ** 2 * start_outer + np.diag(se**2)
-        for t, outer in zip(sd[1:], cell_outers, strict=True):
-            v = v + t * t * outer
+        v: np.ndarray = np.diag(se**2)
+        for sd, outer in zip(np.exp(log_sd), outers, strict=True):
+            v = v + sd * sd * outer
         return v
 
     def objective(log_sd: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, float]:
@@ -262,16 +257,15 @@ def _fit_components(
         scaled_info = info / np.outer(unscale, unscale)  # of (theta * scale, gamma): well conditioned
         _, logdet_info = np.linalg.slogdet(scaled_info)
         value = 0.5 * (resid @ np.linalg.solve(v, resid) + logdet)
-        value -= _log_scaled_inv_chi2(math.exp(log_sd[0]), prior)
-        for log_tau in log_sd[1:]:
-            value -= _log_scaled_inv_chi2(math.exp(log_tau), tau_prior)
+        for i, log_part in enumerate(log_sd):
+            value -= _log_scaled_inv_chi2(math.exp(log_part), part_prior if i < n_start else tau_prior)
         return float(value + 0.5 * logdet_info), params, scaled_info, float(value)
 
     def criterion(z: np.ndarray) -> float:
         return objective(np.clip(z, math.log(1e-4), 0.0))[0]
 
     optimised = log_sd is None
-    if log_sd is None and shared_start is not None:  # one tau, sigma_start held
+    if log_sd is None and shared_start is not None:  # one start part, one tau, sigma_start held
         held = math.log(max(shared_start[0], 1e-4))
         found = optimize.minimize_scalar(
             lambda t: criterion(np.array([held, t])), bounds=(math.log(1e-4), 0.0), method="bounded",
@@ -280,8 +274,8 @@ def _fit_components(
         log_sd = np.array([held, float(found.x)])
     elif log_sd is None:
         result = optimize.minimize(
-            criterion, np.log([prior.relative_sd, *[tau_prior.relative_sd] * len(z_cells)]), method="Nelder-Mead",
-            options={"xatol": 0.05, "fatol": 1e-3, "maxiter": 80 * len(z_cells)},
+            criterion, np.log([*[part_prior.relative_sd] * n_start, *[tau_prior.relative_sd] * len(z_cells)]),
+            method="Nelder-Mead", options={"xatol": 0.05, "fatol": 1e-3, "maxiter": 40 * len(outers)},
         )  # fmt: skip
         log_sd = result.x
     log_sd = np.clip(log_sd, math.log(1e-4), 0.0)
@@ -291,12 +285,14 @@ def _fit_components(
     elif shared_start is not None:
         spread_df = shared_start[1]
     else:
-        spread_df = _spread_df(criterion, log_sd, prior.df)
+        spread_df = _spread_df(criterion, log_sd, n_start, prior.df)
     theta, gamma = params[:p] / scale, params[p:]
     v = covariance(log_sd)
     resid = y - np.log(np.maximum(mu(design, theta, gamma), 1e-12))
     # each cell column's tau^2: its workload's
-    tau2 = np.concatenate([np.full(z.shape[1], math.exp(2 * t)) for z, t in zip(z_cells, log_sd[1:], strict=True)])
+    tau2 = np.concatenate(
+        [np.full(z.shape[1], math.exp(2 * t)) for z, t in zip(z_cells, log_sd[n_start:], strict=True)]
+    )
     v_inv = np.linalg.inv(v)
     gain = tau2[:, None] * (z_cell.T @ v_inv)
     deviation_cov = np.diag(tau2) - gain @ z_cell * tau2[None, :]
@@ -315,8 +311,8 @@ def _fit_components(
         gamma=gamma,
         scale=scale_full,
         covariance=covariance_full,
-        start_sd=math.exp(log_sd[0]),
-        cell_sd=math.exp(log_sd[1]),  # the first workload's: a fit of one workload has one
+        start_sd=math.sqrt(float(np.sum(np.exp(2 * log_sd[:n_start])))),
+        cell_sd=math.exp(log_sd[n_start]),  # the first workload's: a fit of one workload has one
         deviation=gain @ resid,
         deviation_cov=(deviation_cov + deviation_cov.T) / 2,
         gain=gain,
@@ -324,11 +320,16 @@ def _fit_components(
     )
 
 
-def _spread_df(criterion: Callable[[np.ndarray], float], at: np.ndarray, prior_df: float) -> float:
+def _spread_df(criterion: Callable[[np.ndarray], float], at: np.ndarray, n_start: int, prior_df: float) -> float:
     """The degrees of freedom the start-to-start spread is known with: nu = 1 / (2 var(log sigma_start)),
     var from the criterion's curvature in the log sds (a chi-square estimate of a variance on nu
-    degrees of freedom has var(log sigma) = 1 / (2 nu)). Never below the prior's own, never above 200."""
-    var = float(inverse_hessian(criterion, at, [(math.log(1e-4), 0.0)] * at.size)[0, 0])
+    degrees of freedom has var(log sigma) = 1 / (2 nu)); sigma_start of parts, by the delta method
+    (d log sigma_start / d log part = the part's share of sigma_start^2). Never below the prior's
+    own, never above 200."""
+    cov = inverse_hessian(criterion, at, [(math.log(1e-4), 0.0)] * at.size)
+    parts = np.exp(2 * at[:n_start])
+    grad = np.concatenate([parts / parts.sum(), np.zeros(at.size - n_start)])
+    var = max(float(grad @ cov @ grad), 1e-12)
     return float(min(max(1.0 / (2.0 * var), prior_df), 200.0))
 
 
