@@ -78,6 +78,11 @@ def run_way(sampler: str, folder: Path, args: argparse.Namespace):
 
 def replay(folder: Path, args: argparse.Namespace) -> None:
     """The search's decision after each prefix of the kept model-guided study's trials."""
+    if not (folder / "real-model").is_dir():
+        raise SystemExit(
+            f"error: {folder} holds no real-model/ study: pass the folder --folder kept (the one holding "
+            "real-grid/ and real-model/), not a study inside it."
+        )
     config = parse_study_config(study_data("real-model", "model", args))
     runner = StudyRunner(config, study_paths(config, folder), resume=True, queue_initial=False)
     trials = read_trials(runner.study)
