@@ -25,7 +25,8 @@ is partly luck.
 ``--replay FOLDER`` starts nothing: it replays the search's decisions over the model-guided study
 an earlier run kept in FOLDER (``--folder``), one trial prefix at a time, with the code at hand,
 printing after each prefix what the search would start next, what that start was expected to
-buy and what it had to buy (shares of the cells' rate), then each level's error from its own
+buy and what it had to buy (shares of the cells' rate), then both kept studies' pastes against
+the grid's best and noise as the code at hand reads them, then each level's error from its own
 requests' spread beside the error the step model reads (paired on shared prompts); a change to
 the model or the rule is measured on the same starts. It reads the llama-server's flags as a
 study does, so it needs the engines.
@@ -96,6 +97,14 @@ def replay(folder: Path, args: argparse.Namespace) -> None:
         buys = f"{100 * decision.value.share:6.2f}%" if decision.value else ""
         price = f"{100 * decision.price_share:6.2f}%" if decision.price_share is not None else ""
         print(f"{n:5d} {measured:12s} {nxt:10s} {decision.phase.value:22s} {buys:>7s} {price:>7s}  {decision.reason}")
+    # the kept studies' pastes and the grid's noise, read with the code at hand
+    analyses = {}
+    for sampler in ("grid", "model"):
+        kept = parse_study_config(study_data(f"real-{sampler}", sampler, args))
+        study = StudyRunner(kept, study_paths(kept, folder), resume=True, queue_initial=False).study
+        analyses[sampler] = (measured_configs(study), analyze_stored_study(study).analysis)
+    within = verdict(analyses["grid"][0], {sampler: a for sampler, (_, a) in analyses.items()})
+    print(f"search's pastes within the grid's noise of the grid's best, read now: {within} of {len(WORKLOADS)}")
     # each level's error: from its own requests' spread, and as the step model reads it (paired)
     configs = {c.trial: c for c in measured_configs(runner.study)}
     print(f"\n{'workload':10s} {'trial':>5s} {'config':6s} {'tok/s':>6s} {'own error':>10s} {'model reads':>12s}")
@@ -134,14 +143,24 @@ def main() -> None:
         t = outcome.time
         print(f"{sampler:7s} {t.starts:6d} {t.boot_s / 60:9.1f} {t.measure_s / 60:12.1f}  {outcome.stop_reason}")
     grid_outcome = ways["grid"][0]
-    grid_configs = measured_configs(grid_outcome.study)
+    within = verdict(measured_configs(grid_outcome.study), {sampler: a for sampler, (_, a) in ways.items()})
+    print(f"\nstudies kept in {folder}; {(time.monotonic() - started) / 60:.1f} min")
+    print(
+        f"starts: search {ways['model'][0].time.starts}, grid {grid_outcome.time.starts}; "
+        f"search's pastes within the grid's noise of the grid's best: {within} of {len(WORKLOADS)}"
+    )
+
+
+def verdict(grid_configs, analyses: dict) -> int:
+    """Each way's paste per workload against the grid's measured best and the grid's noise as the
+    step model reads it; prints the table, returns how many of the search's pastes are within."""
     print(f"\n{'workload':10s} {'way':7s} {'paste':6s} {'grid measured':>14s} {'grid best':>14s} {'grid noise':>11s}")
     within = 0
     for workload in WORKLOADS:
         rates = {candidate_of(c.spec, 1): r for c in grid_configs if (r := c.rate(workload, 1))}
         best = max(rates, key=rates.__getitem__)
         noise = run_to_run_noise(grid_configs, workload, engine_info("llama.cpp").run_noise, workloads=WORKLOADS)
-        for sampler, (_, analysis) in ways.items():
+        for sampler, analysis in analyses.items():
             plan = analysis.snippet(workload)
             paste = plan.choice_by_concurrency[1]
             ok = rates[paste] >= rates[best] * (1 - 2 * noise.relative_sd)
@@ -153,11 +172,7 @@ def main() -> None:
             )
             for note in plan.notes:
                 print(f"{'':19s}{note}")
-    print(f"\nstudies kept in {folder}; {(time.monotonic() - started) / 60:.1f} min")
-    print(
-        f"starts: search {ways['model'][0].time.starts}, grid {grid_outcome.time.starts}; "
-        f"search's pastes within the grid's noise of the grid's best: {within} of {len(WORKLOADS)}"
-    )
+    return within
 
 
 if __name__ == "__main__":
