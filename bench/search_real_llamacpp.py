@@ -98,12 +98,12 @@ def replay(folder: Path, args: argparse.Namespace) -> None:
         price = f"{100 * decision.price_share:6.2f}%" if decision.price_share is not None else ""
         print(f"{n:5d} {measured:12s} {nxt:10s} {decision.phase.value:22s} {buys:>7s} {price:>7s}  {decision.reason}")
     # the kept studies' pastes and the grid's noise, read with the code at hand
-    analyses = {}
-    for sampler in ("grid", "model"):
-        kept = parse_study_config(study_data(f"real-{sampler}", sampler, args))
-        study = StudyRunner(kept, study_paths(kept, folder), resume=True, queue_initial=False).study
-        analyses[sampler] = (measured_configs(study), analyze_stored_study(study).analysis)
-    within = verdict(analyses["grid"][0], {sampler: a for sampler, (_, a) in analyses.items()})
+    grid_config = parse_study_config(study_data("real-grid", "grid", args))
+    grid = StudyRunner(grid_config, study_paths(grid_config, folder), resume=True, queue_initial=False).study
+    analyses = {
+        sampler: analyze_stored_study(study).analysis for sampler, study in (("grid", grid), ("model", runner.study))
+    }
+    within = verdict(measured_configs(grid), analyses)
     print(f"search's pastes within the grid's noise of the grid's best, read now: {within} of {len(WORKLOADS)}")
     # each level's error: from its own requests' spread, and as the step model reads it (paired)
     configs = {c.trial: c for c in measured_configs(runner.study)}
