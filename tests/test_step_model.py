@@ -78,7 +78,7 @@ def study(truth: Truth, drafter: Drafter, *, seed: int, start_sd: float, design=
                 StepObservation(
                     concurrency=b, num_speculative_tokens=k, drafter=None if k == 0 else drafter, start=start,
                     step_time_s=truth(b, k) * factor * math.exp(rng.normal(0.0, 0.01)), relative_se=0.01,
-                    drafted_share=share,
+                    drafted_share=share, tokens_per_step=1 + share * sum(PROSE[:k]),
                 )
             )  # fmt: skip
     return out

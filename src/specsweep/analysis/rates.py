@@ -52,8 +52,9 @@ def sample_rates(
     S_1..S_K taken as exact (no uncertainty, no extrapolation past K). ``acceptance_scale``
     multiplies a drafter's S_1 + ... + S_k at k (a drafter that drafts at some steps only, and
     at a share that depends on k: see rigs/model.py); a k it does not name takes the share of
-    steps that drafted as the step model has it (measured there, else at the nearest k: 1 for a
-    drafter that drafts at every step), as the counters' S_i are per drafting step. Step times
+    steps that drafted as the step model has it (measured there, else what the text sets at its
+    S_1 + ... + S_k: StepPosterior.share; 1 for a drafter that drafts at every step), as the
+    counters' S_i are per drafting step. Step times
     are the one step model's joint draws, so differences between candidates are paired."""
     if concurrency not in model.concurrency_levels:
         raise FitError(f"nothing was measured at concurrency {concurrency}; measure it first.")
@@ -64,20 +65,23 @@ def sample_rates(
     candidates: list[Candidate] = [OFF] if off_measured else []
     e_point: list[float] = [1.0] if candidates else []
     e_columns: list[np.ndarray] = [np.ones(draws)] if candidates else []
+    accepted: list[float | None] = [None] if candidates else []
     for drafter in drafters:
         s_point, s_draws = arrays[drafter]
         top = s_point.size if k_max is None else min(k_max, s_point.size)
         scale_of = (acceptance_scale or {}).get(drafter, {})
         for k in range(max(k_min, 1), top + 1):
             candidate = Candidate(drafter=drafter, num_speculative_tokens=k)
-            scale = float(scale_of[k]) if k in scale_of else model.drafted_share(candidate, concurrency)
+            per_draft = float(np.sum(s_point[:k]))
+            scale = float(scale_of[k]) if k in scale_of else model.drafted_share(candidate, concurrency, per_draft)
             candidates.append(candidate)
-            e_point.append(1.0 + float(np.sum(s_point[:k])) * scale)
+            accepted.append(per_draft)
+            e_point.append(1.0 + per_draft * scale)
             e_columns.append(1.0 + np.sum(s_draws[:, :k], axis=1) * scale)
     if not candidates:
         raise FitError(f"nothing was measured at concurrency {concurrency} for these drafters; measure it first.")
-    steps = model.step_time_draws(candidates, concurrency, draws=draws, rng=rng)
-    points = [model.step_time_s(c, concurrency) for c in candidates]
+    steps = model.step_time_draws(candidates, concurrency, draws=draws, rng=rng, accepted=accepted)
+    points = [model.step_time_s(c, concurrency, a) for c, a in zip(candidates, accepted, strict=True)]
     e_arr, t_arr = np.array(e_point), np.array([t for t, _ in points])
     return RateSample(
         concurrency=concurrency,

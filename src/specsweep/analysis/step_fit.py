@@ -82,9 +82,9 @@ def fit_step_model(
         candidate = fitted(place)
         if score(candidate) < score(fit):
             fit = candidate
-    share_of: dict[CellKey, list[float]] = {}
+    by_cell: dict[CellKey, list[StepObservation]] = {}
     for o in usable:
-        share_of.setdefault(o.cell.key, []).append(o.drafted_share)
+        by_cell.setdefault(o.cell.key, []).append(o)
     return StepPosterior(
         methods=group.methods,
         sampled_methods=group.sampled,
@@ -103,7 +103,8 @@ def fit_step_model(
         gain=fit.gain,
         observations=usable,
         log_times=group.y,
-        drafted_share={key: float(np.mean(v)) for key, v in share_of.items()},
+        drafted_share={key: float(np.mean([o.drafted_share for o in v])) for key, v in by_cell.items()},
+        accepted_per_draft={key: float(np.mean([o.accepted_per_draft for o in v])) for key, v in by_cell.items()},
         df=max(len(usable) - fit.theta.size - fit.gamma.size, 0),
         spread_df=fit.spread_df,
     )

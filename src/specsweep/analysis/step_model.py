@@ -79,6 +79,12 @@ class StepObservation:
     relative_se: float | None = None  # the level's own error from its requests (None: unknown)
     drafted_share: float = 1.0  # share of steps that drafted (a lookup drafter's counters say it)
     context_tokens: int = 0  # the context level its sequences attend over (0: the workload's own prompt)
+    tokens_per_step: float = 1.0  # E over every step, drafting or not (1: not known, or speculation off)
+
+    @property
+    def accepted_per_draft(self) -> float:
+        """Tokens a drafting step accepted: E = 1 + q A (0 where nothing drafted)."""
+        return (self.tokens_per_step - 1.0) / self.drafted_share if self.drafted_share > 0 else 0.0
 
     @property
     def cell(self) -> Cell:
@@ -135,6 +141,7 @@ class StepPosterior:
     observations: tuple[StepObservation, ...]
     log_times: np.ndarray
     drafted_share: dict[CellKey, float]
+    accepted_per_draft: dict[CellKey, float]  # tokens a drafting step accepted, (E - 1) / q, per measured cell
     df: int  # observations beyond the parameters of the mean
     spread_df: float = math.inf  # what sigma_start is known with: draws are Student-t on these degrees of freedom
 
@@ -168,18 +175,26 @@ class StepPosterior:
     def measured(self, cell: Cell) -> bool:
         return any(c.key == cell.key for c in self.cells)
 
-    def physics_s(self, cell: Cell) -> float:
-        """The step time the model's parts give ``cell``, without its deviation."""
-        return float(mu(self._design([cell]), self.theta, self.gamma)[0])
+    def physics_s(self, cell: Cell, accepted: float | None = None) -> float:
+        """The step time the model's parts give ``cell``, without its deviation (``accepted``: see ``share``)."""
+        return float(mu(self._design([cell], [self.share(cell, accepted)]), self.theta, self.gamma)[0])
 
-    def mean_s(self, cell: Cell) -> float:
+    def mean_s(self, cell: Cell, accepted: float | None = None) -> float:
         """The step time of ``cell`` in a typical start: the physics and, where measured, its deviation."""
-        base = self.physics_s(cell)
+        base = self.physics_s(cell, accepted)
         index = self._cell_index(cell)
         return base * math.exp(float(self.deviation[index])) if index is not None else base
 
-    def draws(self, cells: Sequence[Cell], *, draws: int, rng: np.random.Generator) -> np.ndarray:
-        """Joint draws of the step time at each cell in a typical start, shape (draws, len(cells))."""
+    def draws(
+        self,
+        cells: Sequence[Cell],
+        *,
+        draws: int,
+        rng: np.random.Generator,
+        accepted: Sequence[float | None] | None = None,
+    ) -> np.ndarray:
+        """Joint draws of the step time at each cell in a typical start, shape (draws, len(cells))
+        (``accepted``: per cell, see ``share``)."""
         wide, sampled = self._part_draws(draws, rng)
         p = self.theta.size
         theta = sampled[:, :p] / self.scale
@@ -191,7 +206,8 @@ class StepPosterior:
         if self.cells:
             dev = (self.log_times[None, :] - mu_obs) @ self.gain.T
             dev += wide[:, None] * (rng.standard_normal((draws, len(self.cells))) @ _sqrt_psd(self.deviation_cov).T)
-        out = mu(self._design(cells), theta, gamma)
+        shares = [self.share(c, a) for c, a in zip(cells, accepted or [None] * len(cells), strict=True)]
+        out = mu(self._design(cells, shares), theta, gamma)
         fresh = rng.standard_normal((draws, len(cells))) * self.cell_sd  # the physics miss: not the starts
         for j, cell in enumerate(cells):
             index = self._cell_index(cell)
@@ -250,17 +266,36 @@ class StepPosterior:
             cells, shares, self.methods, self.sampled_methods, self.captured_widths, self.knee, self.reads_context
         )
 
-    def share(self, cell: Cell) -> float:
-        """The share of a cell's steps that draft: as measured there, else as measured at the same
-        drafter's nearest draft length (at this concurrency and context first), else every step."""
+    def share(self, cell: Cell, accepted: float | None = None) -> float:
+        """The share q of a cell's steps that draft: as measured there, else from what the text sets.
+
+        A drafter that looks its drafts up drafts only where the text matches. The steps that do
+        not draft emit one token each, so the output's tokens where nothing matched take
+        ``c = (1 - q) / E`` steps per output token, and which tokens those are is the text's, not
+        the draft length's: c is one number across k (on a real llama-server's n-gram study,
+        0.216 to 0.232 at k = 3..8, where q fell from 0.50 to 0.34). At a draft length whose drafting
+        steps accept ``accepted`` tokens (S_1 + ... + S_k), E = 1 + q accepted, so
+        ``q = (1 - c) / (1 + c accepted)``. c is the mean over the drafter's measured draft lengths
+        (at this concurrency and context first); ``accepted`` not given, the nearest measured
+        draft length's. A drafter that drafts at every step has c = 0 and q = 1."""
         if cell.key in self.drafted_share:
             return self.drafted_share[cell.key]
         _, k, method, sampling, context = cell.key
-        mine = [(key, v) for key, v in self.drafted_share.items() if key[2:4] == (method, sampling) and key[1] > 0]
+        mine = [key for key in self.drafted_share if key[2:4] == (method, sampling) and key[1] > 0]
         if not mine:
             return 1.0
-        nearest = min(mine, key=lambda kv: (kv[0][0] != cell.concurrency, kv[0][4] != context, abs(kv[0][1] - k)))
-        return nearest[1]
+
+        def distance(key: CellKey) -> tuple[bool, bool]:
+            return key[0] != cell.concurrency, key[4] != context
+
+        nearest = min(distance(key) for key in mine)
+        group = [key for key in mine if distance(key) == nearest]
+        shares = [self.drafted_share[key] for key in group]
+        lengths = [self.accepted_per_draft.get(key, 0.0) for key in group]
+        steps = float(np.mean([(1.0 - q) / (1.0 + q * a) for q, a in zip(shares, lengths, strict=True)]))
+        if accepted is None:
+            accepted = lengths[min(range(len(group)), key=lambda i: abs(group[i][1] - k))]
+        return (1.0 - steps) / (1.0 + steps * max(accepted, 0.0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -152,18 +152,25 @@ class ThroughputModel:
     concurrency_levels: tuple[int, ...]  # measured at this context level
     context_tokens: int = 0
 
-    def step_time_s(self, candidate: Candidate, concurrency: int) -> tuple[float, str]:
+    def step_time_s(self, candidate: Candidate, concurrency: int, accepted: float | None = None) -> tuple[float, str]:
         """Point step time of a candidate and where it comes from: "measured" (the model with its
-        measured deviation there) or "model" (the physics alone)."""
+        measured deviation there) or "model" (the physics alone). ``accepted``: the tokens its
+        drafting steps accept (StepPosterior.share)."""
         cell = cell_of(candidate, concurrency, self.context_tokens)
-        return self.posterior.mean_s(cell), "measured" if self.posterior.measured(cell) else "model"
+        return self.posterior.mean_s(cell, accepted), "measured" if self.posterior.measured(cell) else "model"
 
     def step_time_draws(
-        self, candidates: Sequence[Candidate], concurrency: int, *, draws: int, rng: np.random.Generator
+        self,
+        candidates: Sequence[Candidate],
+        concurrency: int,
+        *,
+        draws: int,
+        rng: np.random.Generator,
+        accepted: Sequence[float | None] | None = None,
     ) -> np.ndarray:
         """Joint draws of the step time of each candidate at a concurrency, (draws, len(candidates))."""
         cells = [cell_of(c, concurrency, self.context_tokens) for c in candidates]
-        return self.posterior.draws(cells, draws=draws, rng=rng)
+        return self.posterior.draws(cells, draws=draws, rng=rng, accepted=accepted)
 
     def measured_tokens_per_s(self, candidate: Candidate, *, concurrency: int, workload: str) -> float | None:
         """Mean measured rate of one configuration for a workload at a concurrency, if measured."""
@@ -174,9 +181,12 @@ class ThroughputModel:
         ]
         return float(np.mean(rates)) if rates else None
 
-    def drafted_share(self, candidate: Candidate, concurrency: int) -> float:
-        """The share of a candidate's steps that draft, as the step model has it (1: every step)."""
-        return 0.0 if candidate.off else self.posterior.share(cell_of(candidate, concurrency, self.context_tokens))
+    def drafted_share(self, candidate: Candidate, concurrency: int, accepted: float | None = None) -> float:
+        """The share of a candidate's steps that draft, as the step model has it (1: every step;
+        ``accepted``: the tokens its drafting steps accept, StepPosterior.share)."""
+        if candidate.off:
+            return 0.0
+        return self.posterior.share(cell_of(candidate, concurrency, self.context_tokens), accepted)
 
     @property
     def basis(self) -> str:
@@ -243,6 +253,7 @@ def step_observations(observations: Sequence[ThroughputObservation]) -> list[Ste
             relative_se=o.relative_se,
             drafted_share=o.drafted_share,
             context_tokens=o.context_tokens,
+            tokens_per_step=o.tokens_per_step,
         )
         for o in observations
     ]
