@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from specsweep.analysis.step_model import CellKey
 from specsweep.analysis.throughput import ThroughputModel, family_observations, fit_throughput_model, study_start_sd
-from specsweep.types import MeasuredConfig, RunNoisePrior
+from specsweep.types import CapturedWidths, MeasuredConfig, RunNoisePrior
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,13 +65,15 @@ def run_to_run_noise(
     prior: RunNoisePrior | None = None,
     *,
     workloads: Iterable[str] = (),
+    captured_widths: CapturedWidths = CapturedWidths(),
 ) -> RunNoise | None:
     """The run-to-run noise of ``workload`` from the step model of its feasible configurations
     (None: nothing measured), its start spread the one the study's ``workloads`` share, as the
-    search and the report read it (throughput.study_start_sd)."""
+    search and the report read it (throughput.study_start_sd), with the widths the server captured."""
     feasible = [c for c in configs if c.feasible]
     observations = family_observations(feasible, workload)
     if not observations:
         return None
-    shared = study_start_sd(feasible, {workload, *workloads}, start_prior=prior)
-    return noise_of(fit_throughput_model(observations, start_prior=prior, shared_start=shared), workload, prior)
+    shared = study_start_sd(feasible, {workload, *workloads}, start_prior=prior, captured_widths=captured_widths)
+    model = fit_throughput_model(observations, start_prior=prior, captured_widths=captured_widths, shared_start=shared)
+    return noise_of(model, workload, prior)

@@ -271,7 +271,16 @@ def study_start_sd(
     then holds. None: one workload, or a fit that failed (each workload then estimates its own)."""
     bases = sorted({parse_context_variant(w)[0] for w in workloads})
     feasible = [c for c in configs if c.feasible]
-    groups = [step_observations(family_observations(feasible, base)) for base in bases]
+    groups = tuple(tuple(step_observations(family_observations(feasible, base))) for base in bases)
+    return _shared_start(groups, start_prior, captured_widths)
+
+
+@functools.lru_cache(maxsize=16)
+def _shared_start(
+    groups: tuple[tuple[StepObservation, ...], ...], start_prior: RunNoisePrior | None, captured_widths: CapturedWidths
+) -> tuple[float, float] | None:
+    """The study-wide start spread of these levels, fitted once: the search's decision, the live
+    stopping rule's noise of each workload and the report read the same fit."""
     try:
         return shared_start_sd(groups, start_prior=start_prior, captured_widths=captured_widths)
     except (FitError, np.linalg.LinAlgError):

@@ -56,7 +56,7 @@ from specsweep.tuning.storage import (
     open_storage,
 )
 from specsweep.tuning.strategy import Phase, SearchDecision, decide_next
-from specsweep.tuning.study_settings import with_server_facts, write_engine_flags
+from specsweep.tuning.study_settings import stored_captured_widths, with_server_facts, write_engine_flags
 from specsweep.tuning.study_store import StudyPaths, hold_study, open_study, settings_of
 from specsweep.tuning.study_time import StudyTime, study_time
 from specsweep.tuning.trial import TrialRunner, level_targets
@@ -316,6 +316,7 @@ class StudyRunner:
             contender=repeat or phase == PLANNED,
             acceptance_run=phase in (Phase.LARGEST_K, Phase.SIBLING) or (phase is None and largest),
             looks_up=spec is not None and self.engine.looks_up(spec),
+            captured_widths=stored_captured_widths(self.study),
         )  # fmt: skip
         trial_started = time.monotonic()
         try:

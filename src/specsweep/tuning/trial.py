@@ -64,6 +64,7 @@ def level_targets(
     contender: bool,
     acceptance_run: bool,
     looks_up: bool = False,
+    captured_widths: CapturedWidths = CapturedWidths(),
 ) -> dict[str, dict[int, LevelTarget]] | None:
     """What each level of the next trial must settle (None: a fixed budget, ``measure.requests``).
 
@@ -74,7 +75,8 @@ def level_targets(
     budget: its rate moves with each prompt's text, and the first prompts of a level's order are
     not a sample of the workload (docs/search.md). Each level's errors pair with the requests of
     the levels of its cell group measured before (``spec``'s drafter at that concurrency).
-    Rates are the rig's (modelled on the emulator), as the measurement gives them.
+    ``captured_widths``: the study's, so the noise is the search's model's. Rates are the rig's
+    (modelled on the emulator), as the measurement gives them.
     """
     m = config.measure
     if m.requests is not None:
@@ -83,7 +85,7 @@ def level_targets(
     names = list(study_workloads(config))
     for workload in names:
         engine = engine_info(config.server.engine)
-        noise = run_to_run_noise(measured, workload, engine.run_noise, workloads=names)
+        noise = run_to_run_noise(measured, workload, engine.run_noise, workloads=names, captured_widths=captured_widths)
         groups = cell_group_requests(measured, workload)
         levels = {}
         for level in m.concurrency:
