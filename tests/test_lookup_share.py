@@ -49,11 +49,53 @@ def test_a_real_servers_unmeasured_draft_length_drafts_as_its_text_says() -> Non
     assert np.all(np.diff(drafting) > 0)
 
 
-def test_measured_draft_lengths_keep_their_own_share() -> None:
+def test_without_what_its_drafts_accept_a_measured_draft_length_keeps_its_own_share() -> None:
     model = real_model()
     for k, (share, _, _) in REAL.items():
-        candidate = Candidate(drafter=NGRAM, num_speculative_tokens=k)
-        assert model.drafted_share(candidate, 1, 99.0) == pytest.approx(share)
+        assert model.drafted_share(Candidate(drafter=NGRAM, num_speculative_tokens=k), 1) == pytest.approx(share)
+
+
+# The same server in another study: each start's text is one draw, and k = 8's start drafted at far
+# more of its steps than the others (c = 0.143 where they gave 0.218 to 0.238).
+LUCKY = {3: (0.502, 2.285, 41.0), 4: (0.427, 2.411, 40.0), 5: (0.405, 2.498, 39.0), 6: (0.390, 2.741, 40.5),
+         8: (0.483, 3.611, 44.0)}  # fmt: skip
+LUCKY_ACCEPTANCE = (0.897, 0.848, 0.809, 0.618, 0.578, 0.578, 0.549, 0.525)
+# k = 8's c in the nine other starts of technical at k = 8 across the kept studies of that server
+OTHER_K8_STEPS = (0.230, 0.293, 0.218, 0.298, 0.151, 0.225, 0.168, 0.217, 0.216)
+
+
+def test_one_starts_luck_of_text_is_not_read_as_its_draft_lengths() -> None:
+    """The undrafted steps per output token that k = 8 is predicted to run at come within 0.01 of
+    the median of nine other starts of k = 8 (0.218), where its own start's was 0.075 off: its
+    tokens per step and rate are read at the text's share, not at its start's."""
+    observations = [ThroughputObservation(num_speculative_tokens=0, concurrency=1, output_tokens_per_s=38.0, start=0)]
+    for start, (k, (share, tokens, rate)) in enumerate(LUCKY.items(), start=1):
+        observations.append(
+            ThroughputObservation(
+                num_speculative_tokens=k, concurrency=1, output_tokens_per_s=rate, tokens_per_step=tokens,
+                drafter=NGRAM, start=start, drafted_share=share, relative_se=0.04,
+            )
+        )  # fmt: skip
+    model = fit_throughput_model(observations)
+    sample = sample_rates(model, {NGRAM: LUCKY_ACCEPTANCE}, concurrency=1)
+    k8 = sample.candidates.index(Candidate(drafter=NGRAM, num_speculative_tokens=8))
+    share = model.drafted_share(sample.candidates[k8], 1, sum(LUCKY_ACCEPTANCE))
+    steps = (1 - share) / sample.tokens_per_step[k8]
+    assert abs(steps - float(np.median(OTHER_K8_STEPS))) < 0.01
+    assert abs((1 - LUCKY[8][0]) / LUCKY[8][1] - float(np.median(OTHER_K8_STEPS))) > 0.07
+
+
+def test_a_draft_length_the_engine_never_drafted_at_stays_undrafted() -> None:
+    """llama.cpp's ngram-simple with a lookup of 3 drafts nothing at k = 1 and 2: measured there
+    at q = 0, they keep it whatever their drafts would accept."""
+    observations = [
+        StepObservation(concurrency=1, num_speculative_tokens=k, drafter=NGRAM if k else None, step_time_s=0.02,
+                        start=k, drafted_share=q, tokens_per_step=e)
+        for k, q, e in ((0, 1.0, 1.0), (2, 0.0, 1.0), (5, 0.4, 2.6))
+    ]  # fmt: skip
+    posterior = fit_step_model(observations)
+    assert posterior.share(Cell(concurrency=1, num_speculative_tokens=2, drafter=NGRAM), 1.5) == 0.0
+    assert posterior.share(Cell(concurrency=1, num_speculative_tokens=5, drafter=NGRAM), 4.0) == pytest.approx(0.4)
 
 
 @pytest.mark.parametrize("steps_per_token", [0.0, 0.15, 0.4, 1.0])

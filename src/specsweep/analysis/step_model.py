@@ -267,21 +267,26 @@ class StepPosterior:
         )
 
     def share(self, cell: Cell, accepted: float | None = None) -> float:
-        """The share q of a cell's steps that draft: as measured there, else from what the text sets.
+        """The share q of a cell's steps that draft in a typical text, measured there or not.
 
         A drafter that looks its drafts up drafts only where the text matches. The steps that do
         not draft emit one token each, so the output's tokens where nothing matched take
         ``c = (1 - q) / E`` steps per output token, and which tokens those are is the text's, not
-        the draft length's: c is one number across k (on a real llama-server's n-gram study,
-        0.216 to 0.232 at k = 3..8, where q fell from 0.50 to 0.34). At a draft length whose drafting
-        steps accept ``accepted`` tokens (S_1 + ... + S_k), E = 1 + q accepted, so
-        ``q = (1 - c) / (1 + c accepted)``. c is the mean over the drafter's measured draft lengths
-        (at this concurrency and context first); ``accepted`` not given, the nearest measured
-        draft length's. A drafter that drafts at every step has c = 0 and q = 1."""
-        if cell.key in self.drafted_share:
-            return self.drafted_share[cell.key]
+        the draft length's: c is one number across k, and each start's c is one draw of it (the
+        engine's outputs differ by configuration; on a real llama-server's n-gram studies c centred
+        on 0.22 at k = 3..8, one start in four off by 0.05 to 0.08 either way, where q fell from
+        0.50 to 0.34 with k). At a draft length whose drafting steps accept ``accepted`` tokens
+        (S_1 + ... + S_k), E = 1 + q accepted, so ``q = (1 - c) / (1 + c accepted)``, c the mean
+        over the drafter's drafting levels (at this concurrency and context first). Without
+        ``accepted``: a measured cell's own q, else the nearest measured draft length's accepted
+        tokens. A draft length the engine drafted nothing at keeps q = 0; a drafter that drafts
+        at every step has c = 0 and q = 1."""
+        own = self.drafted_share.get(cell.key)
+        if own == 0.0 or (own is not None and accepted is None):
+            return own
         _, k, method, sampling, context = cell.key
         mine = [key for key in self.drafted_share if key[2:4] == (method, sampling) and key[1] > 0]
+        mine = [key for key in mine if self.drafted_share[key] > 0] or mine
         if not mine:
             return 1.0
 
