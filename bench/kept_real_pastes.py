@@ -13,6 +13,12 @@ the means, then each study's pastes, then
 
     pastes: N; mean regret X%; worst Y%
 
+and the one step model fitted over every kept start at once (each study's trials numbered apart):
+the start spread, tau (what the physics misses at one configuration, estimated from the data) and
+each configuration's deviation, against the prior a study's fit holds tau to (analysis/step_model.py
+``TAU_PRIOR``). ``--tau-prior SD`` runs the analyses with that prior's sd replaced (what-if; the
+code at hand otherwise).
+
 The means carry their own error (about 8% over the square root of their starts), so a regret under
 3% is within it; the figure compares versions of the code on the same starts.
 """
@@ -20,6 +26,7 @@ The means carry their own error (about 8% over the square root of their starts),
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections import defaultdict
 from pathlib import Path
 
@@ -27,7 +34,9 @@ import numpy as np
 
 from rig_real_llamacpp import parse_engine_args
 from search_real_llamacpp import WORKLOADS, label, study_data
+from specsweep.analysis import step_fit
 from specsweep.analysis.drafters import candidate_of
+from specsweep.analysis.throughput import fit_throughput_model, study_observations, study_start_sd
 from specsweep.config import parse_study_config
 from specsweep.tuning.records import measured_configs
 from specsweep.tuning.stored import analyze_stored_study
@@ -52,8 +61,12 @@ def main() -> None:
     parser.add_argument("folders", type=Path, nargs="+")
     parser.add_argument("--max-requests", type=int, default=12)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--tau-prior", type=float, help="the prior sd of a configuration's miss (what-if)")
     args = parse_engine_args(parser)
     args.k = [1, 8]
+    if args.tau_prior is not None:
+        for name in ("TAU_PRIOR", "TAU_PRIOR_WIDTHS_UNKNOWN"):
+            setattr(step_fit, name, dataclasses.replace(getattr(step_fit, name), relative_sd=args.tau_prior))
     studies = kept_studies(args.folders, args)
     rates: dict[tuple[str, object], list[float]] = defaultdict(list)
     for study in studies.values():
@@ -79,6 +92,32 @@ def main() -> None:
             cells.append(f"{label(paste):>16s} {100 * regrets[-1]:6.1f}%")
         print(f"{name:16s} " + " ".join(cells))
     print(f"\npastes: {len(regrets)}; mean regret {100 * np.mean(regrets):.2f}%; worst {100 * max(regrets):.2f}%")
+    every_start(studies)
+
+
+def every_start(studies: dict[str, object]) -> None:
+    """The one step model over every kept start: how far configurations stray from the physics."""
+    configs = [
+        dataclasses.replace(c, trial=1000 * i + c.trial)
+        for i, study in enumerate(studies.values())
+        for c in measured_configs(study)
+    ]
+    shared = study_start_sd(configs, WORKLOADS)
+    print(f"\nevery kept start in one fit (tau's prior: {100 * step_fit.TAU_PRIOR.relative_sd:.1f}%)")
+    for workload in WORKLOADS:
+        posterior = fit_throughput_model(study_observations(configs, workload), shared_start=shared).posterior
+        deviations = "  ".join(
+            f"{label_of(c)} {100 * d:+.1f}%" for c, d in zip(posterior.cells, posterior.deviation, strict=True)
+        )
+        print(
+            f"{workload:10s} starts {len({o.start for o in posterior.observations})}, start spread "
+            f"{100 * posterior.start_sd:.1f}%, tau {100 * posterior.cell_sd:.1f}%; step time off the physics: "
+            + deviations
+        )
+
+
+def label_of(cell) -> str:
+    return "off" if not cell.num_speculative_tokens else f"k={cell.num_speculative_tokens}"
 
 
 if __name__ == "__main__":
