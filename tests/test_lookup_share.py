@@ -23,9 +23,10 @@ REAL_K6 = (0.385, 2.822)  # the same server's k = 6, measured in a later start o
 REAL_ACCEPTANCE = (0.906, 0.848, 0.807, 0.754, 0.696, 0.696, 0.655, 0.626)
 
 
-def real_model():
-    observations = [ThroughputObservation(num_speculative_tokens=0, concurrency=1, output_tokens_per_s=35.7, start=0)]
-    for start, (k, (share, tokens, rate)) in enumerate(REAL.items(), start=1):
+def levels_model(levels, off_rate: float):
+    """The step model of speculation off and one start of each of ``levels`` (k -> share, E, tok/s)."""
+    observations = [ThroughputObservation(num_speculative_tokens=0, concurrency=1, output_tokens_per_s=off_rate)]
+    for start, (k, (share, tokens, rate)) in enumerate(levels.items(), start=1):
         observations.append(
             ThroughputObservation(
                 num_speculative_tokens=k, concurrency=1, output_tokens_per_s=rate, tokens_per_step=tokens,
@@ -33,6 +34,10 @@ def real_model():
             )
         )  # fmt: skip
     return fit_throughput_model(observations)
+
+
+def real_model():
+    return levels_model(REAL, 35.7)
 
 
 def test_a_real_servers_unmeasured_draft_length_drafts_as_its_text_says() -> None:
@@ -68,15 +73,7 @@ def test_one_starts_luck_of_text_is_not_read_as_its_draft_lengths() -> None:
     """The undrafted steps per output token that k = 8 is predicted to run at come within 0.01 of
     the median of nine other starts of k = 8 (0.218), where its own start's was 0.075 off: its
     tokens per step and rate are read at the text's share, not at its start's."""
-    observations = [ThroughputObservation(num_speculative_tokens=0, concurrency=1, output_tokens_per_s=38.0, start=0)]
-    for start, (k, (share, tokens, rate)) in enumerate(LUCKY.items(), start=1):
-        observations.append(
-            ThroughputObservation(
-                num_speculative_tokens=k, concurrency=1, output_tokens_per_s=rate, tokens_per_step=tokens,
-                drafter=NGRAM, start=start, drafted_share=share, relative_se=0.04,
-            )
-        )  # fmt: skip
-    model = fit_throughput_model(observations)
+    model = levels_model(LUCKY, 38.0)
     sample = sample_rates(model, {NGRAM: LUCKY_ACCEPTANCE}, concurrency=1)
     k8 = sample.candidates.index(Candidate(drafter=NGRAM, num_speculative_tokens=8))
     share = model.drafted_share(sample.candidates[k8], 1, sum(LUCKY_ACCEPTANCE))
