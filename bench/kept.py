@@ -4,8 +4,11 @@ bench/level_bias.py to read: a new folder under the checkout's ``studies/bench/`
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
+
+from specsweep.analysis import step_fit
 
 BENCH_STUDIES = Path(__file__).resolve().parents[1] / "studies" / "bench"
 
@@ -14,3 +17,9 @@ def kept_folder(name: str) -> Path:
     """A new, empty folder ``studies/bench/<name>-<random>`` for one run of a benchmark."""
     BENCH_STUDIES.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=BENCH_STUDIES))
+
+
+def set_tau_prior(sd: float) -> None:
+    """What-if: the step model's prior on a configuration's miss (tau) at ``sd`` for this run."""
+    for name in ("TAU_PRIOR", "TAU_PRIOR_WIDTHS_UNKNOWN"):
+        setattr(step_fit, name, dataclasses.replace(getattr(step_fit, name), relative_sd=sd))

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kept import set_tau_prior
 from rig_real_llamacpp import parse_engine_args
 from search_real_llamacpp import WORKLOADS, label, study_data
 from specsweep.analysis import step_fit
@@ -65,8 +66,7 @@ def main() -> None:
     args = parse_engine_args(parser)
     args.k = [1, 8]
     if args.tau_prior is not None:
-        for name in ("TAU_PRIOR", "TAU_PRIOR_WIDTHS_UNKNOWN"):
-            setattr(step_fit, name, dataclasses.replace(getattr(step_fit, name), relative_sd=args.tau_prior))
+        set_tau_prior(args.tau_prior)
     studies = kept_studies(args.folders, args)
     rates: dict[tuple[str, object], list[float]] = defaultdict(list)
     for study in studies.values():
@@ -92,7 +92,22 @@ def main() -> None:
             cells.append(f"{label(paste):>16s} {100 * regrets[-1]:6.1f}%")
         print(f"{name:16s} " + " ".join(cells))
     print(f"\npastes: {len(regrets)}; mean regret {100 * np.mean(regrets):.2f}%; worst {100 * max(regrets):.2f}%")
+    undrafted_steps(studies)
     every_start(studies)
+
+
+def undrafted_steps(studies: dict[str, object]) -> None:
+    """Per workload and k, the steps per output token that drafted nothing, c = (1 - q) / E, over
+    the drafting starts (docs/math.md: one number across k, each start's text one draw of it)."""
+    print("\nsteps per output token that drafted nothing, c, over the drafting starts: mean (min..max, starts)")
+    for workload in WORKLOADS:
+        by_k: dict[int, list[float]] = defaultdict(list)
+        for study in studies.values():
+            for o in study_observations(measured_configs(study), workload):
+                if o.num_speculative_tokens and o.drafted_share > 0:
+                    by_k[o.num_speculative_tokens].append((1 - o.drafted_share) / o.tokens_per_step)
+        cells = [f"k={k} {np.mean(v):.3f} ({min(v):.3f}..{max(v):.3f}, {len(v)})" for k, v in sorted(by_k.items())]
+        print(f"{workload:10s} " + "  ".join(cells))
 
 
 def every_start(studies: dict[str, object]) -> None:

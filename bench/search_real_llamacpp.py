@@ -2,7 +2,7 @@
 
     source ~/.cache/specsweep/real-engines.env
     python bench/search_real_llamacpp.py [--max-requests 12] [--max-tokens 128] [--k 1,8] [--folder DIR]
-        [--replay DIR]
+        [--replay DIR [--tau-prior SD]]
 
 Two studies of one space, side by side in one run: speculation off and ``ngram-simple`` (lookup
 3) at k in ``--k``, prose and technical through /v1/completions at T = 0, concurrency 1, both
@@ -38,7 +38,7 @@ import argparse
 import time
 from pathlib import Path
 
-from kept import kept_folder
+from kept import kept_folder, set_tau_prior
 from rig_real_llamacpp import FIXED, base_argv, parse_engine_args
 from specsweep.analysis.drafters import candidate_of
 from specsweep.analysis.noise import run_to_run_noise
@@ -126,9 +126,12 @@ def main() -> None:
     parser.add_argument(
         "--replay", type=Path, metavar="FOLDER", help="replay the kept search's decisions; start nothing"
     )
+    parser.add_argument("--tau-prior", type=float, help="with --replay: tau's prior sd (what-if)")
     args = parse_engine_args(parser)
     args.k = [int(x) for x in args.k.split(",")]
     if args.replay:
+        if args.tau_prior is not None:
+            set_tau_prior(args.tau_prior)
         replay(args.replay, args)
         return
     folder = args.folder or kept_folder("search-real")
