@@ -8,7 +8,8 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
-from specsweep.analysis import step_fit
+from specsweep.analysis import step_model
+from specsweep.engines import registry
 
 BENCH_STUDIES = Path(__file__).resolve().parents[1] / "studies" / "bench"
 
@@ -20,6 +21,11 @@ def kept_folder(name: str) -> Path:
 
 
 def set_tau_prior(sd: float) -> None:
-    """What-if: the step model's prior on a configuration's miss (tau) at ``sd`` for this run."""
+    """What-if: the step model's prior on a configuration's miss (tau) at ``sd`` for this run, every
+    engine's and the one a fit with no engine named holds."""
     for name in ("TAU_PRIOR", "TAU_PRIOR_WIDTHS_UNKNOWN"):
-        setattr(step_fit, name, dataclasses.replace(getattr(step_fit, name), relative_sd=sd))
+        setattr(step_model, name, dataclasses.replace(getattr(step_model, name), relative_sd=sd))
+    for name, engine in registry.ENGINES.items():
+        deviation = dataclasses.replace(engine.noise.deviation or step_model.TAU_PRIOR, relative_sd=sd)
+        noise = dataclasses.replace(engine.noise, deviation=deviation)
+        registry.ENGINES[name] = dataclasses.replace(engine, noise=noise)

@@ -15,9 +15,9 @@ the means, then each study's pastes, then
 
 and the one step model fitted over every kept start at once (each study's trials numbered apart):
 the start spread, tau (what the physics misses at one configuration, estimated from the data) and
-each configuration's deviation, against the prior a study's fit holds tau to (analysis/step_model.py
-``TAU_PRIOR``). ``--tau-prior SD`` runs the analyses with that prior's sd replaced (what-if; the
-code at hand otherwise).
+each configuration's deviation, against the prior a study's fit holds tau to (the engine's:
+types.REAL_ENGINE_DEVIATION). ``--tau-prior SD`` runs the analyses with that prior's sd replaced
+(what-if; the code at hand otherwise).
 
 The means carry their own error (about 8% over the square root of their starts), so a regret under
 3% is within it; the figure compares versions of the code on the same starts.
@@ -35,14 +35,16 @@ import numpy as np
 from kept import set_tau_prior
 from rig_real_llamacpp import parse_engine_args
 from search_real_llamacpp import WORKLOADS, label, study_data
-from specsweep.analysis import step_fit
+from specsweep.analysis import step_model
 from specsweep.analysis.drafters import candidate_of
 from specsweep.analysis.throughput import fit_throughput_model, study_observations, study_start_sd
 from specsweep.config import parse_study_config
+from specsweep.engines.registry import engine_info
 from specsweep.tuning.records import measured_configs
 from specsweep.tuning.stored import analyze_stored_study
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
+from specsweep.types import CapturedWidths
 
 
 def kept_studies(folders: list[Path], args: argparse.Namespace) -> dict[str, object]:
@@ -117,10 +119,13 @@ def every_start(studies: dict[str, object]) -> None:
         for i, study in enumerate(studies.values())
         for c in measured_configs(study)
     ]
-    shared = study_start_sd(configs, WORKLOADS)
-    print(f"\nevery kept start in one fit (tau's prior: {100 * step_fit.TAU_PRIOR.relative_sd:.1f}%)")
+    noise = engine_info("llama.cpp").noise
+    shared = study_start_sd(configs, WORKLOADS, noise_prior=noise)
+    tau_prior = step_model.step_priors(noise, CapturedWidths())[1]
+    print(f"\nevery kept start in one fit (tau's prior: {100 * tau_prior.relative_sd:.1f}%)")
     for workload in WORKLOADS:
-        posterior = fit_throughput_model(study_observations(configs, workload), shared_start=shared).posterior
+        observations = study_observations(configs, workload)
+        posterior = fit_throughput_model(observations, noise_prior=noise, shared_start=shared).posterior
         deviations = "  ".join(
             f"{label_of(c)} {100 * d:+.1f}%" for c, d in zip(posterior.cells, posterior.deviation, strict=True)
         )

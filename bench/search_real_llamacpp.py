@@ -162,7 +162,7 @@ def verdict(grid_configs, analyses: dict) -> int:
     for workload in WORKLOADS:
         rates = {candidate_of(c.spec, 1): r for c in grid_configs if (r := c.rate(workload, 1))}
         best = max(rates, key=rates.__getitem__)
-        noise = run_to_run_noise(grid_configs, workload, engine_info("llama.cpp").run_noise, workloads=WORKLOADS)
+        noise = run_to_run_noise(grid_configs, workload, engine_info("llama.cpp").noise, workloads=WORKLOADS)
         for sampler, analysis in analyses.items():
             plan = analysis.snippet(workload)
             paste = plan.choice_by_concurrency[1]

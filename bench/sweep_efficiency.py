@@ -54,7 +54,7 @@ import optuna
 from specsweep.config import SearchSpace
 from specsweep.emulator.model import compute_truth, workload_prompt_tokens
 from specsweep.emulator.profile import Profile, load_profile
-from specsweep.engines.registry import USUAL_RUN_NOISE
+from specsweep.engines.registry import ENGINES
 from specsweep.engines.vllm import validate_speculative_config
 from specsweep.measurement.acceptance import expected_tokens_per_step
 from specsweep.tuning.records import (
@@ -204,7 +204,7 @@ def run_specsweep(case: Case, seed: int, args) -> tuple[int, list[str]]:
         objective_concurrency=case.concurrency,
         k_range=(1, K_MAX),
         baseline=None,
-        noise_prior=USUAL_RUN_NOISE,
+        noise_prior=ENGINES["emulator"].noise,
         # what the emulator serving this profile says it captured graphs for (its /version)
         captured_widths=CapturedWidths(every_k=case.profile.timing.captured_widths),
     )

@@ -33,6 +33,7 @@ from specsweep.types import (
     Configuration,
     LevelFigures,
     MeasuredConfig,
+    NoisePriors,
     RunNoisePrior,
     StudySettings,
 )
@@ -367,7 +368,7 @@ def test_steps_the_model_has_no_part_for_lean_on_what_they_measured() -> None:
             for b, r in config.results["technical"].items()
         }
         shaped.append(replace(config, results={"technical": levels}))
-    prior = RunNoisePrior(relative_sd=0.01, df=20, source="test")
+    prior = NoisePriors(RunNoisePrior(relative_sd=0.01, df=20, source="test"))
     analysis = analyze_study(
         shaped, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1, k_max=5, noise_prior=prior,
         captured_widths=CapturedWidths(unknown=True),
@@ -416,7 +417,7 @@ def test_one_slow_start_is_the_starts_and_its_configuration_stays_in_the_running
         for level, row in slow.results["technical"].items()
     }  # fmt: skip
     configs[configs.index(slow)] = replace(slow, results={"technical": slowed})
-    prior = RunNoisePrior(relative_sd=0.02, df=2, source="assumed")
+    prior = NoisePriors(RunNoisePrior(relative_sd=0.02, df=2, source="assumed"))
     analysis = analyze_study(configs, workloads=["technical"], concurrency_levels=LEVELS, objective_concurrency=1,
                              k_max=5, noise_prior=prior)  # fmt: skip
     truth, _ = true_best("technical", range(1, 6), ("probabilistic",))

@@ -28,7 +28,7 @@ from specsweep.tuning.space import build_space
 from specsweep.tuning.strategy import decide_next
 from specsweep.tuning.study import StudyRunner
 from specsweep.tuning.study_store import study_paths
-from specsweep.types import OFF_KEY, Configuration, RequestRecord, RunNoisePrior, StudySettings
+from specsweep.types import OFF_KEY, Configuration, NoisePriors, RequestRecord, RunNoisePrior, StudySettings
 
 from .builders import emulator_study, picks_of, specsweep, write_study
 from .test_study import true_rates
@@ -91,7 +91,7 @@ def trials_for(*configs: tuple[int, str], noise: float = 0.0) -> list:
 
 SETTINGS = StudySettings(
     workload_weights={"prose": 1.0}, concurrency_levels=(1,), objective_concurrency=1, k_range=(1, 5),
-    baseline=None, noise_prior=USUAL_RUN_NOISE,
+    baseline=None, noise_prior=NoisePriors(USUAL_RUN_NOISE),
 )  # fmt: skip
 PROBABILISTIC = Drafter(method="dspark", draft_sample_method="probabilistic")
 
@@ -185,7 +185,7 @@ def test_the_search_stops_on_the_model_the_report_draws() -> None:
     configs = [read_trial(t).measured_config() for t in trials]
     analysis = analyze_study(
         configs, workloads=["prose"], concurrency_levels=[1], objective_concurrency=1, k_max=5,
-        noise_prior=USUAL_RUN_NOISE,
+        noise_prior=NoisePriors(USUAL_RUN_NOISE),
     )  # fmt: skip
     searched = decision.models["prose"]
     assert searched.throughput == analysis.models["prose"]
@@ -260,7 +260,8 @@ def test_leaders_within_the_tolerance_are_never_separated() -> None:
     measured = [(0, "off"), (5, "greedy"), *line, *line]
     trials = [read_trial(make_trial(i, k, m, c=c)) for i, (k, m) in enumerate(measured)]
     assert 0 < 1 - true_rate(3, "probabilistic", c=c) / true_rate(4, "probabilistic", c=c) < 0.001
-    steady = replace(SETTINGS, noise_prior=RunNoisePrior(relative_sd=0.01, df=20, source="a steady engine"))
+    steady_engine = NoisePriors(RunNoisePrior(relative_sd=0.01, df=20, source="a steady engine"))
+    steady = replace(SETTINGS, noise_prior=steady_engine)
     loose = decide_next(trials, SPACE, steady)
     assert loose.phase == "stop", loose.reason
     first = loose.ties[0].line

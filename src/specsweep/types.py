@@ -358,6 +358,32 @@ class RunNoisePrior:
 # its vocabulary says otherwise): the one default the step model's start effect is drawn toward.
 USUAL_RUN_NOISE = RunNoisePrior(relative_sd=0.02, df=2, source="assumed until the study's starts show theirs")
 
+# What a real engine's configurations stray from the step model's physics by, before a study's
+# own starts show it (tau in docs/math.md). The emulator's rigs miss the physics by under 1%
+# (analysis/step_model.TAU_PRIOR); a real server has effects the physics does not carry (kernels
+# chosen by shape, its scheduler, its allocator).
+REAL_ENGINE_DEVIATION = RunNoisePrior(
+    relative_sd=0.04, df=2,
+    source="a real llama-server's configurations strayed from the physics by 4.3% (prose) and 5.4% "
+    "(technical) over 93 starts of six studies (bench/kept_real_pastes.py); assumed for every real engine "
+    "until its own are measured",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class NoisePriors:
+    """What an engine's measurements usually stray by before a study's own show it: one server start
+    from the next (``start``: sigma_start in docs/math.md), and one configuration's step time from the
+    step model's physics (``deviation``: tau; None: the physics' miss on the emulator's own rigs,
+    analysis/step_model.TAU_PRIOR). The step model draws both toward these, as far as the study's
+    own starts do not outweigh them."""
+
+    start: RunNoisePrior
+    deviation: RunNoisePrior | None = None
+
+
+REAL_ENGINE_NOISE = NoisePriors(USUAL_RUN_NOISE, REAL_ENGINE_DEVIATION)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StudySettings:
@@ -374,7 +400,7 @@ class StudySettings:
     config_source: str | None = None
     max_num_seqs: int | None = None  # the server's, as it said or its --max-num-seqs (bounds a per-batch-size table)
     tolerance: float = 0.01  # differences between configurations under this share of a rate do not matter
-    noise_prior: RunNoisePrior | None = None  # the engine's (engines/registry.py), not stored
+    noise_prior: NoisePriors | None = None  # the engine's (engines/registry.py), not stored
     engine_version: str | None = None  # what the measured server said of itself (its vocabulary)
     engine_flags: frozenset[str] | None = None  # the flag names the server binary's --help listed (llama.cpp)
     server_args: tuple[str, ...] | None = None  # the latest measured server's flags, spec flags aside (None: not known)

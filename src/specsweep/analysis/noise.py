@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from specsweep.analysis.step_model import CellKey
 from specsweep.analysis.throughput import ThroughputModel, family_observations, fit_throughput_model, study_start_sd
-from specsweep.types import CapturedWidths, MeasuredConfig, RunNoisePrior
+from specsweep.types import CapturedWidths, MeasuredConfig, NoisePriors, RunNoisePrior
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,7 +62,7 @@ def noise_of(model: ThroughputModel, workload: str, prior: RunNoisePrior | None 
 def run_to_run_noise(
     configs: Sequence[MeasuredConfig],
     workload: str,
-    prior: RunNoisePrior | None = None,
+    prior: NoisePriors | None = None,
     *,
     workloads: Iterable[str] = (),
     captured_widths: CapturedWidths = CapturedWidths(),
@@ -74,6 +74,6 @@ def run_to_run_noise(
     observations = family_observations(feasible, workload)
     if not observations:
         return None
-    shared = study_start_sd(feasible, {workload, *workloads}, start_prior=prior, captured_widths=captured_widths)
-    model = fit_throughput_model(observations, start_prior=prior, captured_widths=captured_widths, shared_start=shared)
-    return noise_of(model, workload, prior)
+    shared = study_start_sd(feasible, {workload, *workloads}, noise_prior=prior, captured_widths=captured_widths)
+    model = fit_throughput_model(observations, noise_prior=prior, captured_widths=captured_widths, shared_start=shared)
+    return noise_of(model, workload, None if prior is None else prior.start)

@@ -23,9 +23,6 @@ from specsweep.analysis.step_model import (
     GAMMA_PRIOR_SD,
     MIN_LEVEL_SE,
     RIDGE_SD,
-    START_PRIOR,
-    TAU_PRIOR,
-    TAU_PRIOR_WIDTHS_UNKNOWN,
     Cell,
     CellKey,
     Design,
@@ -34,23 +31,23 @@ from specsweep.analysis.step_model import (
     design_of,
     mu,
     padded,
+    step_priors,
 )
 from specsweep.errors import FitError
-from specsweep.types import CapturedWidths, RunNoisePrior
+from specsweep.types import CapturedWidths, NoisePriors, RunNoisePrior
 
 
 def fit_step_model(
     observations: Sequence[StepObservation],
     *,
-    start_prior: RunNoisePrior | None = None,
+    noise_prior: NoisePriors | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
     shared_start: tuple[float, float] | None = None,
 ) -> StepPosterior:
     """The step model over every observation. FitError when nothing is usable. ``shared_start``:
     sigma_start and the degrees of freedom it is known on, from ``shared_start_sd`` over every
     workload the study's starts measured; it is then held, and only tau fitted here."""
-    prior = start_prior or START_PRIOR
-    tau = TAU_PRIOR_WIDTHS_UNKNOWN if captured_widths.unknown else TAU_PRIOR
+    prior, tau = step_priors(noise_prior, captured_widths)
     group = _Group.of(observations, prior)
     if group is None:
         raise FitError("no measured level gives a step time: measure at least one configuration.")
@@ -113,7 +110,7 @@ def fit_step_model(
 def shared_start_sd(
     workloads: Sequence[Sequence[StepObservation]],
     *,
-    start_prior: RunNoisePrior | None = None,
+    noise_prior: NoisePriors | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
 ) -> tuple[float, float] | None:
     """sigma_start, and the degrees of freedom it is known on, from every workload at once: the
@@ -123,8 +120,7 @@ def shared_start_sd(
     effect from a configuration's own deviation when each configuration had one start; across
     workloads, the part they share is the start's. sigma_start is both parts together, what one
     workload's fit reads. None: fewer than two workloads with a usable level."""
-    prior = start_prior or START_PRIOR
-    tau = TAU_PRIOR_WIDTHS_UNKNOWN if captured_widths.unknown else TAU_PRIOR
+    prior, tau = step_priors(noise_prior, captured_widths)
     groups = [g for g in (_Group.of(w, prior) for w in workloads) if g is not None]
     if len(groups) < 2:
         return None

@@ -28,13 +28,14 @@ aggregate rate R). Its logarithm is
 - ``eps ~ N(0, se_i^2)``: the level's own measurement error from its requests' spread (not known:
   the engine's usual noise).
 
-Priors (docs/math.md; each figure beside its constant below): sigma_start scaled-inverse-chi-square
-at the engine's usual run noise (``RunNoisePrior``), tau at ``TAU_PRIOR`` (or
-``TAU_PRIOR_WIDTHS_UNKNOWN``), gamma_m normal at 0, theta a weak ridge that only pins directions
-the data leave free. Variance components maximise the restricted marginal likelihood times their
-priors; theta and gamma are then the generalised least squares fit given them, with their
-covariance from its Hessian (a Laplace approximation). Draws (``StepPosterior.draws``) are
-Student-t, since a few starts estimate sigma_start.
+Priors (docs/math.md; each figure beside its constant below): sigma_start and tau
+scaled-inverse-chi-square at the engine's figures (``types.NoisePriors``, read by
+``step_priors``; the emulator's tau is ``TAU_PRIOR``; at least ``TAU_PRIOR_WIDTHS_UNKNOWN``),
+gamma_m normal at 0, theta a weak ridge that only pins directions the data leave free. Variance
+components maximise the restricted marginal likelihood times their priors; theta and gamma are
+then the generalised least squares fit given them, with their covariance from its Hessian (a
+Laplace approximation). Draws (``StepPosterior.draws``) are Student-t, since a few starts
+estimate sigma_start.
 
 Its fit: analysis/step_fit.py. Pure: no I/O.
 """
@@ -48,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specsweep.analysis.drafters import Drafter
-from specsweep.types import CapturedWidths, RunNoisePrior
+from specsweep.types import CapturedWidths, NoisePriors, RunNoisePrior
 
 TAU_PRIOR = RunNoisePrior(
     relative_sd=0.01, df=2,
@@ -65,6 +66,16 @@ GAMMA_PRIOR_SD = 0.10  # probabilistic over greedy step time: 1.00 to 1.09 on th
 RIDGE_SD = 100.0  # a ridge only for numerical stability: each part a priori within a hundred whole steps
 MIN_LEVEL_SE = 0.002  # a level's own error is never taken as smaller than this
 REJECTION_ROUNDS = 32  # rounds of draws of the parts held to theta >= 0 before the rest are clipped
+
+
+def step_priors(noise: NoisePriors | None, widths: CapturedWidths) -> tuple[RunNoisePrior, RunNoisePrior]:
+    """sigma_start's prior and tau's: the engine's (no engine named: ``START_PRIOR``; no deviation
+    named: the physics' own miss, ``TAU_PRIOR``), tau's at least ``TAU_PRIOR_WIDTHS_UNKNOWN`` where
+    the server captured graphs at widths no known rule gives."""
+    tau = (noise.deviation if noise is not None else None) or TAU_PRIOR
+    if widths.unknown and TAU_PRIOR_WIDTHS_UNKNOWN.relative_sd > tau.relative_sd:
+        tau = TAU_PRIOR_WIDTHS_UNKNOWN
+    return (noise.start if noise is not None else START_PRIOR), tau
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -39,7 +39,7 @@ from specsweep.types import (
     CapturedWidths,
     LevelFigures,
     MeasuredConfig,
-    RunNoisePrior,
+    NoisePriors,
     SpeculativeConfig,
     StudySettings,
 )
@@ -79,7 +79,7 @@ def model_workload(
     confidence: float = 0.95,
     draws: int = 400,
     seed: int = 0,
-    noise_prior: RunNoisePrior | None = None,
+    noise_prior: NoisePriors | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
     shared_start: tuple[float, float] | None = None,
 ) -> WorkloadModel:
@@ -95,12 +95,12 @@ def model_workload(
         return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=None)
     throughput = fit_throughput_model(
         observations,
-        start_prior=noise_prior,
+        noise_prior=noise_prior,
         captured_widths=captured_widths,
         context_tokens=context,
         shared_start=shared_start,
     )
-    noise = noise_of(throughput, workload, noise_prior)
+    noise = noise_of(throughput, workload, None if noise_prior is None else noise_prior.start)
     return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput, noise=noise)
 
 
@@ -156,7 +156,7 @@ def analyze_study(
     confidence: float = 0.95,
     draws: int = 400,
     seed: int = 0,
-    noise_prior: RunNoisePrior | None = None,
+    noise_prior: NoisePriors | None = None,
     tolerance: float = 0.01,
     table_refusal: Callable[[SpeculativeConfig], str | None] | None = None,
     max_itl_p99_s: float | None = None,
@@ -180,7 +180,7 @@ def analyze_study(
     recommendations: list[Recommendation] = []
     samples: dict[tuple[str, int], RateSample] = {}
     snippets: list[SnippetPlan] = []
-    shared = study_start_sd(measured, workloads, start_prior=noise_prior, captured_widths=captured_widths)
+    shared = study_start_sd(measured, workloads, noise_prior=noise_prior, captured_widths=captured_widths)
     for workload in workloads:
         fitted = model_workload(
             measured, workload, k_max=k_max, confidence=confidence, draws=draws, seed=seed, noise_prior=noise_prior,

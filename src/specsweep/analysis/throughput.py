@@ -27,7 +27,7 @@ from specsweep.analysis.step_fit import fit_step_model, shared_start_sd
 from specsweep.analysis.step_model import Cell, StepObservation, StepPosterior
 from specsweep.errors import FitError
 from specsweep.measurement.paired import Request, paired_errors
-from specsweep.types import CapturedWidths, MeasuredConfig, RunNoisePrior
+from specsweep.types import CapturedWidths, MeasuredConfig, NoisePriors
 from specsweep.workload import parse_context_variant
 
 
@@ -215,7 +215,7 @@ class ThroughputModel:
 def fit_throughput_model(
     observations: Sequence[ThroughputObservation],
     *,
-    start_prior: RunNoisePrior | None = None,
+    noise_prior: NoisePriors | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
     context_tokens: int = 0,
     shared_start: tuple[float, float] | None = None,
@@ -232,7 +232,7 @@ def fit_throughput_model(
     if not observations:
         raise FitError("no throughput observations: measure at least one configuration.")
     steps = step_observations(observations)
-    posterior = _fitted(tuple(steps), start_prior, captured_widths, shared_start)
+    posterior = _fitted(tuple(steps), noise_prior, captured_widths, shared_start)
     return ThroughputModel(
         posterior=posterior,
         observations=tuple(observations),
@@ -263,7 +263,7 @@ def study_start_sd(
     configs: Sequence[MeasuredConfig],
     workloads: Iterable[str],
     *,
-    start_prior: RunNoisePrior | None = None,
+    noise_prior: NoisePriors | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
 ) -> tuple[float, float] | None:
     """sigma_start (and the degrees of freedom it is known on) once for a study, over every workload
@@ -272,17 +272,17 @@ def study_start_sd(
     bases = sorted({parse_context_variant(w)[0] for w in workloads})
     feasible = [c for c in configs if c.feasible]
     groups = tuple(tuple(step_observations(family_observations(feasible, base))) for base in bases)
-    return _shared_start(groups, start_prior, captured_widths)
+    return _shared_start(groups, noise_prior, captured_widths)
 
 
 @functools.lru_cache(maxsize=16)
 def _shared_start(
-    groups: tuple[tuple[StepObservation, ...], ...], start_prior: RunNoisePrior | None, captured_widths: CapturedWidths
+    groups: tuple[tuple[StepObservation, ...], ...], noise_prior: NoisePriors | None, captured_widths: CapturedWidths
 ) -> tuple[float, float] | None:
     """The study-wide start spread of these levels, fitted once: the search's decision, the live
     stopping rule's noise of each workload and the report read the same fit."""
     try:
-        return shared_start_sd(groups, start_prior=start_prior, captured_widths=captured_widths)
+        return shared_start_sd(groups, noise_prior=noise_prior, captured_widths=captured_widths)
     except (FitError, np.linalg.LinAlgError):
         return None
 
@@ -290,13 +290,13 @@ def _shared_start(
 @functools.lru_cache(maxsize=16)
 def _fitted(
     steps: tuple[StepObservation, ...],
-    start_prior: RunNoisePrior | None,
+    noise_prior: NoisePriors | None,
     captured_widths: CapturedWidths,
     shared_start: tuple[float, float] | None = None,
 ) -> StepPosterior:
     """The step model of these levels, fitted once: every context level of a workload reads the
     same fit (the fit is deterministic and its posterior immutable)."""
-    return fit_step_model(steps, start_prior=start_prior, captured_widths=captured_widths, shared_start=shared_start)
+    return fit_step_model(steps, noise_prior=noise_prior, captured_widths=captured_widths, shared_start=shared_start)
 
 
 def part_names(posterior: StepPosterior) -> list[str]:

@@ -13,7 +13,14 @@ from specsweep.engines import llamacpp, llamacpp_caps, sglang, vllm, vllm_graphs
 from specsweep.errors import ConfigError
 from specsweep.secrets import mask_argv
 from specsweep.templates import SHELLS
-from specsweep.types import USUAL_RUN_NOISE, BootFacts, CounterNames, RunNoisePrior, SpeculativeConfig
+from specsweep.types import (
+    REAL_ENGINE_NOISE,
+    USUAL_RUN_NOISE,
+    BootFacts,
+    CounterNames,
+    NoisePriors,
+    SpeculativeConfig,
+)
 
 # What a measured rate usually moves by between server starts of one configuration, before a
 # study's own starts say: an assumption, weighed as two measured degrees of freedom, so the
@@ -52,7 +59,8 @@ class EngineInfo:
     finished_requests: str | None = None  # a counter of finished requests
     accept_length_gauge: str | None = None  # mean tokens per verification step, where no counters exist
     per_batch_size_tables: bool = False  # takes num_speculative_tokens_per_batch_size
-    run_noise: RunNoisePrior = USUAL_RUN_NOISE  # what its starts usually vary by
+    # what its starts usually vary by, and its configurations' steps from the physics
+    noise: NoisePriors = REAL_ENGINE_NOISE
     # Why the engine cannot run a per-batch-size choice with a spec config, on a server started with
     # these flags (spec flags aside; None: not known) at this version (None: it can).
     table_refusal: Callable[[SpeculativeConfig, Sequence[str] | None, str | None], str | None] = (
@@ -132,7 +140,8 @@ _VLLM = EngineInfo(
 ENGINES = {
     "vllm": _VLLM,
     # The emulator speaks vLLM.
-    "emulator": replace(_VLLM, name="emulator"),
+    # Its truth is the physics with small effects: its configurations miss it by under 1%.
+    "emulator": replace(_VLLM, name="emulator", noise=NoisePriors(USUAL_RUN_NOISE)),
     "llama.cpp": EngineInfo(
         name="llama.cpp",
         metric_prefix=llamacpp.METRIC_PREFIX,

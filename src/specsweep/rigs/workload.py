@@ -18,7 +18,7 @@ from specsweep.analysis.step_model import MIN_LEVEL_SE
 from specsweep.analysis.throughput import ThroughputModel, ThroughputObservation, fit_throughput_model
 from specsweep.errors import FitError
 from specsweep.rigs.model import LevelTiming, Rig
-from specsweep.types import RunNoisePrior
+from specsweep.types import NoisePriors, RunNoisePrior
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,7 +121,8 @@ def workload_model(
             f"the rig has no level at the concurrency levels {sorted(timing.overhead_s)} measured for "
             f"{timing.workload}; measure at the rig's levels {list(rig.concurrency_levels)}."
         )
-    model = fit_throughput_model(observations, start_prior=run_noise, context_tokens=timing.context_tokens)
+    noise = None if run_noise is None else NoisePriors(run_noise)
+    model = fit_throughput_model(observations, noise_prior=noise, context_tokens=timing.context_tokens)
     # answered at every level the workload and the rig share, whichever contexts the rig measured it at
     return replace(model, concurrency_levels=tuple(sorted({o.concurrency for o in observations})))
 

@@ -84,7 +84,7 @@ def model_search(
 ) -> dict[str, WorkloadModel]:
     """The report's models of every workload."""
     k_max = study_k_max(configs, k_max)
-    shared = study_start_sd(configs, workloads, start_prior=noise_prior, captured_widths=captured_widths)
+    shared = study_start_sd(configs, workloads, noise_prior=noise_prior, captured_widths=captured_widths)
     out = {}
     for name in workloads:
         try:

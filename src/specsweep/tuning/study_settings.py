@@ -13,7 +13,7 @@ import optuna
 from specsweep.engines.registry import known_engine, server_args_without_spec
 from specsweep.runtime.identity import ServerIdentity
 from specsweep.tuning.records import measured_configs
-from specsweep.types import CapturedWidths, Configuration, MeasuredConfig, RunNoisePrior, StudySettings
+from specsweep.types import CapturedWidths, Configuration, MeasuredConfig, NoisePriors, StudySettings
 
 
 def write_study_settings(study: optuna.Study, settings: StudySettings) -> None:
@@ -68,10 +68,10 @@ def read_study_settings(study: optuna.Study, configs: list[MeasuredConfig] | Non
     )
 
 
-def _engine_noise(engine: str) -> RunNoisePrior | None:
-    """What starts of the study's engine usually vary by (None: an engine this version does not know)."""
+def _engine_noise(engine: str) -> NoisePriors | None:
+    """What the study's engine's measurements usually stray by (None: an engine this version does not know)."""
     known = known_engine(engine)
-    return known.run_noise if known is not None else None
+    return known.noise if known is not None else None
 
 
 def write_engine_flags(study: optuna.Study, flags: frozenset[str] | None) -> None:

@@ -173,7 +173,7 @@ def settings_of(config: StudyConfig, space: Space) -> StudySettings:
         max_tokens=config.measure.max_tokens,
         config_source=config.source,
         tolerance=config.tolerance,
-        noise_prior=engine_info(config.server.engine).run_noise,
+        noise_prior=engine_info(config.server.engine).noise,
         max_itl_p99_s=config.objective.max_itl_p99_s,
     )
 

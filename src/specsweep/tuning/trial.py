@@ -85,7 +85,7 @@ def level_targets(
     names = list(study_workloads(config))
     for workload in names:
         engine = engine_info(config.server.engine)
-        noise = run_to_run_noise(measured, workload, engine.run_noise, workloads=names, captured_widths=captured_widths)
+        noise = run_to_run_noise(measured, workload, engine.noise, workloads=names, captured_widths=captured_widths)
         groups = cell_group_requests(measured, workload)
         levels = {}
         for level in m.concurrency:
