@@ -20,12 +20,19 @@ def kept_folder(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=BENCH_STUDIES))
 
 
-def set_tau_prior(sd: float) -> None:
-    """What-if: the step model's prior on a configuration's miss (tau) at ``sd`` for this run, every
-    engine's and the one a fit with no engine named holds."""
-    for name in ("TAU_PRIOR", "TAU_PRIOR_WIDTHS_UNKNOWN"):
-        setattr(step_model, name, dataclasses.replace(getattr(step_model, name), relative_sd=sd))
+def set_priors(*, tau: float | None = None, start: float | None = None) -> None:
+    """What-if, for this run: the step model's prior sd on a configuration's miss (``tau``) and on a
+    start's effect (``start``), every engine's and the one a fit with no engine named holds."""
+    if tau is not None:
+        for name in ("TAU_PRIOR", "TAU_PRIOR_WIDTHS_UNKNOWN"):
+            setattr(step_model, name, dataclasses.replace(getattr(step_model, name), relative_sd=tau))
+    if start is not None:
+        step_model.START_PRIOR = dataclasses.replace(step_model.START_PRIOR, relative_sd=start)
     for name, engine in registry.ENGINES.items():
-        deviation = dataclasses.replace(engine.noise.deviation or step_model.TAU_PRIOR, relative_sd=sd)
-        noise = dataclasses.replace(engine.noise, deviation=deviation)
+        noise = engine.noise
+        if tau is not None:
+            deviation = dataclasses.replace(noise.deviation or step_model.TAU_PRIOR, relative_sd=tau)
+            noise = dataclasses.replace(noise, deviation=deviation)
+        if start is not None:
+            noise = dataclasses.replace(noise, start=dataclasses.replace(noise.start, relative_sd=start))
         registry.ENGINES[name] = dataclasses.replace(engine, noise=noise)

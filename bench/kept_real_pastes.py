@@ -16,8 +16,8 @@ the means, then each study's pastes, then
 and the one step model fitted over every kept start at once (each study's trials numbered apart):
 the start spread, tau (what the physics misses at one configuration, estimated from the data) and
 each configuration's deviation, against the prior a study's fit holds tau to (the engine's:
-types.REAL_ENGINE_DEVIATION). ``--tau-prior SD`` runs the analyses with that prior's sd replaced
-(what-if; the code at hand otherwise).
+types.REAL_ENGINE_DEVIATION). ``--tau-prior SD`` and ``--start-prior SD`` run the analyses with
+that prior's sd replaced (what-if; the code at hand otherwise).
 
 The means carry their own error (about 8% over the square root of their starts), so a regret under
 3% is within it; the figure compares versions of the code on the same starts.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kept import set_tau_prior
+from kept import set_priors
 from rig_real_llamacpp import parse_engine_args
 from search_real_llamacpp import WORKLOADS, label, study_data
 from specsweep.analysis import step_model
@@ -65,10 +65,10 @@ def main() -> None:
     parser.add_argument("--max-requests", type=int, default=12)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--tau-prior", type=float, help="the prior sd of a configuration's miss (what-if)")
+    parser.add_argument("--start-prior", type=float, help="the prior sd of a start's effect (what-if)")
     args = parse_engine_args(parser)
     args.k = [1, 8]
-    if args.tau_prior is not None:
-        set_tau_prior(args.tau_prior)
+    set_priors(tau=args.tau_prior, start=args.start_prior)
     studies = kept_studies(args.folders, args)
     rates: dict[tuple[str, object], list[float]] = defaultdict(list)
     for study in studies.values():

@@ -2,7 +2,7 @@
 
     source ~/.cache/specsweep/real-engines.env
     python bench/search_real_llamacpp.py [--max-requests 12] [--max-tokens 128] [--k 1,8] [--folder DIR]
-        [--replay DIR [--tau-prior SD]]
+        [--replay DIR [--tau-prior SD] [--start-prior SD]]
 
 Two studies of one space, side by side in one run: speculation off and ``ngram-simple`` (lookup
 3) at k in ``--k``, prose and technical through /v1/completions at T = 0, concurrency 1, both
@@ -28,8 +28,9 @@ printing after each prefix what the search would start next, what that start was
 buy and what it had to buy (shares of the cells' rate), then both kept studies' pastes against
 the grid's best and noise as the code at hand reads them, then each level's error from its own
 requests' spread beside the error the step model reads (paired on shared prompts); a change to
-the model or the rule is measured on the same starts. It reads the llama-server's flags as a
-study does, so it needs the engines.
+the model or the rule is measured on the same starts; ``--tau-prior`` and ``--start-prior`` replace
+the step model's prior sd on a configuration's miss and on a start's effect (what-if). It reads
+the llama-server's flags as a study does, so it needs the engines.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import argparse
 import time
 from pathlib import Path
 
-from kept import kept_folder, set_tau_prior
+from kept import kept_folder, set_priors
 from rig_real_llamacpp import FIXED, base_argv, parse_engine_args
 from specsweep.analysis.drafters import candidate_of
 from specsweep.analysis.noise import run_to_run_noise
@@ -127,11 +128,11 @@ def main() -> None:
         "--replay", type=Path, metavar="FOLDER", help="replay the kept search's decisions; start nothing"
     )
     parser.add_argument("--tau-prior", type=float, help="with --replay: tau's prior sd (what-if)")
+    parser.add_argument("--start-prior", type=float, help="with --replay: the start effect's prior sd (what-if)")
     args = parse_engine_args(parser)
     args.k = [int(x) for x in args.k.split(",")]
     if args.replay:
-        if args.tau_prior is not None:
-            set_tau_prior(args.tau_prior)
+        set_priors(tau=args.tau_prior, start=args.start_prior)
         replay(args.replay, args)
         return
     folder = args.folder or kept_folder("search-real")
