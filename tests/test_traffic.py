@@ -119,8 +119,12 @@ def _scrape(url: str):
 
 @pytest.mark.slow
 def test_the_emulator_serves_its_schedule_at_the_truth(start_emulator, tmp_path) -> None:
-    """Two windows at time scale 100: the running gauge holds each window's streams, the counters'
-    acceptance is the mix's, and the generated-token rate is the window truth's (within 4%)."""
+    """Two windows at time scale 50: the running gauge holds each window's streams, the counters'
+    acceptance is the mix's, and the generated-token rate is the window truth's (within 4%). At
+    100 a slow 2-core machine's emulator fell 5% behind its schedule at three streams (its steps
+    then take a fifth of a millisecond of wall time), so the rate read the lag, not the model."""
+    scale = 50.0
+    seconds = 600 / scale  # a window's wall time
     path = tmp_path / "two.toml"
     path.write_text(
         'name = "two"\nmax_tokens = 600\nrepeat = false\n'
@@ -128,20 +132,20 @@ def test_the_emulator_serves_its_schedule_at_the_truth(start_emulator, tmp_path)
         "[[window]]\nduration_s = 600\nstreams = 3\nmix = { prose = 0.5, technical = 0.5 }\n"
     )
     server = start_emulator(
-        speculative_config=json.dumps(SPEC), profile=PROFILE, time_scale=100.0, extra=["--traffic", str(path)]
+        speculative_config=json.dumps(SPEC), profile=PROFILE, time_scale=scale, extra=["--traffic", str(path)]
     )
     started = httpx.get(server.url + "/version", timeout=10).json()["emulator"]["traffic"]["started_at"]
     schedule, profile = load_schedule(path), load_profile(PROFILE)
     for index, window in enumerate(schedule.window):
-        begin = started + index * 6.0
+        begin = started + index * seconds
         time.sleep(max(0.0, begin + 1.0 - time.time()))  # skip the first second: the previous window drains
         first, running = _scrape(server.url), []
-        while time.time() < begin + 5.8:
+        while time.time() < begin + seconds - 0.2:
             running.append(_scrape(server.url).total("vllm:num_requests_running"))
             time.sleep(0.2)
         last = _scrape(server.url)
         tokens = last.total("vllm:generation_tokens_total") - first.total("vllm:generation_tokens_total")
-        rate = tokens / (last.taken_at - first.taken_at) / 100.0
+        rate = tokens / (last.taken_at - first.taken_at) / scale
         assert rate == pytest.approx(window_tokens_per_s(profile, schedule, window, spec(5)), rel=0.04)
         assert sum(r == window.streams for r in running) >= 0.7 * len(running)
         assert max(running) <= window.streams
