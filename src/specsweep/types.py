@@ -356,6 +356,11 @@ class RunNoisePrior:
 
 # What server starts usually vary by before a study's own starts show theirs (every engine's, unless
 # its vocabulary says otherwise): the one default the step model's start effect is drawn toward.
+# An assumption, weighed as two measured degrees of freedom, so the study's repeats and
+# greedy/probabilistic pairs take over as they come (analysis/noise.py). Its few degrees of freedom
+# keep every rate heavy-tailed (Student's t) until the study's starts show their noise: with 4 or 8
+# the search trusted the assumption and, on a rig whose steps are not a line in k, stopped on picks
+# more than 2% off in 7 and 8 of 10 runs (bench/sweep_efficiency.py).
 USUAL_RUN_NOISE = RunNoisePrior(relative_sd=0.02, df=2, source="assumed until the study's starts show theirs")
 
 # What a real engine's configurations stray from the step model's physics by, before a study's

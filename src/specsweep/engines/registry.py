@@ -22,13 +22,6 @@ from specsweep.types import (
     SpeculativeConfig,
 )
 
-# What a measured rate usually moves by between server starts of one configuration, before a
-# study's own starts say: an assumption, weighed as two measured degrees of freedom, so the
-# study's repeats and greedy/probabilistic pairs take over as they come (analysis/noise.py). Its
-# few degrees of freedom keep every rate heavy-tailed (Student's t) until the study's starts show
-# their noise: with 4 or 8 the search trusted the assumption and, on a rig whose steps are not a
-# line in k, stopped on picks more than 2% off in 7 and 8 of 10 runs (bench/sweep_efficiency.py).
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineInfo:
