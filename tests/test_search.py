@@ -336,9 +336,13 @@ def test_a_stopped_model_study_resumes_where_its_trials_leave_off(tmp_path: Path
     measured = [t for t in read_trials(second.study) if t.measured]
     firsts = [t.key for t in measured if not t.repeat]  # every configuration measured once, repeats aside
     assert len(firsts) == len(set(firsts)) and len(measured) == first.starts + second.starts
-    # measured every configuration once only where nothing else stopped it first: the grid's size is the cap
-    assert len(firsts) < second.space.size() or re.search(
-        r"every configuration|as many server starts as there are configurations to measure", second.stop_reason
+    # the grid's size is the cap: never more starts than configurations, and a study that reached it
+    # stopped there or on the rule (nothing left worth a start), never on anything else
+    assert len(measured) <= second.space.size()
+    assert len(measured) < second.space.size() or re.search(
+        r"every configuration|as many server starts as there are configurations to measure|no start is worth"
+        r"|no start could change",
+        second.stop_reason,
     )
 
 
