@@ -63,6 +63,13 @@ SHAPES: dict[str, tuple[Truth, CapturedWidths, Drafter]] = {
         DSPARK,
     ),
     "lookup": (lambda b, k: 0.020 + 0.001 * b + 0.0008 * b * (1 + k * lookup_share(k)), NONE, NGRAM),
+    # a step that finds a draft pays for drafting (on a CPU, a batch of tokens, not one); one that
+    # finds none runs as speculation off does
+    "lookup with a drafting cost": (
+        lambda b, k: 0.020 + 0.001 * b + lookup_share(k) * (0.012 + 0.0008 * b * k),
+        NONE,
+        NGRAM,
+    ),
     # flat while the step reads its weights (memory-bound), rising once its tokens outweigh that
     "knee": (lambda b, k: 0.020 + 0.0005 * b + 0.0025 * max(0, b * (k + 1) - 12), NONE, DSPARK),
 }
@@ -418,6 +425,41 @@ def test_the_noise_is_the_models_start_effect_and_names_what_it_rests_on() -> No
     noise = noise_of(model, "prose")
     assert noise.relative_sd == pytest.approx(model.posterior.run_sd) and noise.start_sd == model.posterior.start_sd
     assert noise.starts == 5 and noise.repeated == 1 and "the step model over 5 starts" in noise.basis
+
+
+def test_a_lookup_drafters_steps_that_draft_nothing_run_as_speculation_off() -> None:
+    """llama.cpp's ngram-simple of 3 at k = 1..8, every k and off in a start of its own under 3%
+    start noise: it drafts nothing below its lookup length (k = 1, 2: q = 0) and at fewer steps the
+    longer the draft (q 0.5 down to 0.35); a step that drafts pays a fixed cost (a CPU verifies a
+    batch of tokens, not one) and one that finds nothing runs as speculation off does. The model
+    reads k = 1 and 2 at off's step, and the start spread near the starts' 3% (a fixed cost charged
+    to every step of k > 0 left k = 1 and 2 far off their physics and read that as start luck: 7 to
+    9% over these seeds)."""
+
+    def share(k: int) -> float:
+        return 0.0 if k < 3 else 0.5 * 0.93 ** (k - 3)
+
+    def truth(k: int) -> float:
+        return 0.030 + share(k) * (0.030 + 0.0015 * k)
+
+    spreads = []
+    for seed in range(6):
+        rng = np.random.default_rng(seed)
+        observations = [
+            StepObservation(concurrency=1, num_speculative_tokens=k, drafter=NGRAM if k else None, start=k,
+                            step_time_s=truth(k) * math.exp(rng.normal(0.0, 0.03)), relative_se=0.01,
+                            drafted_share=share(k) if k else 1.0, tokens_per_step=1 + share(k) * sum(PROSE[:k]))
+            for k in range(K_MAX + 1)
+        ]  # fmt: skip
+        posterior = fit_step_model(observations)
+        off = posterior.physics_s(Cell(concurrency=1, num_speculative_tokens=0, drafter=None))
+        for k in (1, 2):
+            assert posterior.physics_s(Cell(concurrency=1, num_speculative_tokens=k, drafter=NGRAM)) == (
+                pytest.approx(off, rel=1e-9)
+            )
+        assert off == pytest.approx(truth(0), rel=0.03)
+        spreads.append(posterior.run_sd)
+    assert 0.02 < float(np.mean(spreads)) < 0.05, spreads
 
 
 def test_a_configuration_that_never_drafts_is_neither_chosen_nor_named_tied() -> None:

@@ -7,13 +7,14 @@ aggregate rate R). Its logarithm is
 
 - ``mu`` is what the step processes, each part at a non-negative cost (theta >= 0):
   ``mu = exp(gamma_m [probabilistic]) * (theta_0 + theta_seq B + theta_ver W + theta_knee (W - h)+
-  + sum_m (theta_draft,m D + theta_pos,m k + theta_fixed,m [k > 0])
+  + sum_m q (theta_pos,m k + theta_fixed,m [k > 0])
   + theta_ctx B C + sum_m (theta_scan,m B C [k > 0] + theta_scan_pos,m B C k))``,
-  with W the verified tokens B (k + 1) padded to the smallest width the engine captured a graph
-  for (none given: unpadded), D the drafted tokens B k times the share of steps that drafted (a
-  drafter that looks its drafts up drafts only where the text matches; its counters say how
-  often), and h the knee where a memory-bound step turns compute-bound (chosen by the marginal
-  likelihood among the widths measured, or none). Draft costs belong to the drafter's method;
+  with W the verified tokens B (1 + k q) padded to the smallest width the engine captured a graph
+  for (none given: unpadded), q the share of steps that drafted (1, but for a drafter that looks
+  its drafts up: it drafts only where the text matches; its counters say how often), and h the
+  knee where a memory-bound step turns compute-bound (chosen by the marginal likelihood among the
+  widths measured, or none). Draft costs belong to the drafter's method
+  and are paid by the steps that draft (share q; a step that drafts nothing is speculation off's);
   the draft sampling scales a step by one factor gamma_m per method. C is the context level
   each sequence attends over beyond its workload's own prompt (0: the workload as it is): a
   step reads each sequence's KV cache once (theta_ctx), and a drafter that scans the context
@@ -343,7 +344,8 @@ def design_of(
 ) -> Design:
     """Per step: 1 (the weights read), B (each sequence's own work), the tokens verified beyond one
     per sequence with the padding to a captured width (B k times the share of steps that drafted),
-    the hinge above the knee, and per method the draft positions run and whether the step drafts;
+    the hinge above the knee, and per method the draft positions run and whether the step drafts,
+    each times that share (only drafting steps pay them);
     with ``reads_context``, the context tokens read (B C), and per method those a drafter that
     scans the context reads again (B C where the step drafts, B C k once per draft position)."""
     rows, flags = [], []
@@ -353,7 +355,7 @@ def design_of(
         row = [1.0, float(b), width - b, *([max(width - knee, 0.0)] if knee is not None else [])]
         for m in methods:
             on = cell.drafter is not None and cell.drafter.method == m and k > 0
-            row += [float(k), 1.0] if on else [0.0, 0.0]
+            row += [k * share, share] if on else [0.0, 0.0]
         if reads_context:
             read = float(b * cell.context_tokens)
             row.append(read)
