@@ -42,8 +42,8 @@ class RunNoise:
         return text
 
 
-def noise_of(model: ThroughputModel, workload: str, prior: RunNoisePrior | None = None) -> RunNoise:
-    """The run-to-run noise the step model found."""
+def noise_of(model: ThroughputModel, workload: str, prior: NoisePriors | None = None) -> RunNoise:
+    """The run-to-run noise the step model found (``prior``: the engine's, whose start part it names)."""
     posterior = model.posterior
     starts_of: dict[CellKey, set[int]] = {}
     for o in posterior.observations:
@@ -55,7 +55,7 @@ def noise_of(model: ThroughputModel, workload: str, prior: RunNoisePrior | None 
         starts=len({o.start for o in posterior.observations}),
         repeated=len({key[1:4] for key, starts in starts_of.items() if len(starts) > 1}),
         df=posterior.df,
-        prior=prior,
+        prior=None if prior is None else prior.start,
     )
 
 
@@ -76,4 +76,4 @@ def run_to_run_noise(
         return None
     shared = study_start_sd(feasible, {workload, *workloads}, noise_prior=prior, captured_widths=captured_widths)
     model = fit_throughput_model(observations, noise_prior=prior, captured_widths=captured_widths, shared_start=shared)
-    return noise_of(model, workload, None if prior is None else prior.start)
+    return noise_of(model, workload, prior)

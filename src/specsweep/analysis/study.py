@@ -100,7 +100,7 @@ def model_workload(
         context_tokens=context,
         shared_start=shared_start,
     )
-    noise = noise_of(throughput, workload, None if noise_prior is None else noise_prior.start)
+    noise = noise_of(throughput, workload, noise_prior)
     return WorkloadModel(workload=workload, acceptance=tuple(acceptance), throughput=throughput, noise=noise)
 
 
