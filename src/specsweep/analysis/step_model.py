@@ -6,7 +6,7 @@ aggregate rate R). Its logarithm is
     log t = log mu(x; theta, gamma) + u_start + delta_cell + eps
 
 - ``mu`` is what the step processes, each part at a non-negative cost (theta >= 0):
-  ``mu = exp(gamma_m [probabilistic]) * (theta_0 + theta_seq B + theta_ver W + theta_knee (W - h)+
+  ``mu = exp(gamma_m [probabilistic]) * (theta_0 + theta_seq B + theta_ver (W - B) + theta_knee (W - h)+
   + sum_m q (theta_pos,m k + theta_fixed,m [k > 0])
   + theta_ctx B C + sum_m (theta_scan,m B C [k > 0] + theta_scan_pos,m B C k))``,
   with W the verified tokens B (1 + k q) padded to the smallest width the engine captured a graph
