@@ -97,7 +97,7 @@ def test_vllm_cpu_study_sweeps_draft_length_and_draft_sampling_with_a_draft_mode
             "fixed": {"method": "draft_model", "model": real_vllm_draft.draft_dir},
         },
         "workloads": {str(workload): 1.0},
-        "measure": {"concurrency": [1], "requests": 8, "warmup": 1, "max_tokens": 64, "temperature": 1.2},
+        "measure": {"concurrency": [1], "requests": 16, "warmup": 1, "max_tokens": 64, "temperature": 1.2},
     }  # fmt: skip
     config = parse_study_config(data)
     outcome = StudyRunner(config, study_paths(config, tmp_path)).run()
