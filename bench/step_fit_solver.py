@@ -28,14 +28,14 @@ METHODS = ("trf", "bvls")
 
 def collect(workload: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     problems: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    solve = step_fit._bounded_lstsq
+    solve = step_fit.bounded_lstsq
 
     def keep(a: np.ndarray, b: np.ndarray, nonneg: int) -> np.ndarray:
         lower = np.concatenate([np.zeros(nonneg), np.full(a.shape[1] - nonneg, -np.inf)])
         problems.append((a.copy(), b.copy(), lower))
         return solve(a, b, nonneg)
 
-    step_fit._bounded_lstsq = keep
+    step_fit.bounded_lstsq = keep
     try:
         with tempfile.TemporaryDirectory() as folder:
             try:
@@ -44,7 +44,7 @@ def collect(workload: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
                 if stop.code:
                     raise
     finally:
-        step_fit._bounded_lstsq = solve
+        step_fit.bounded_lstsq = solve
     return problems
 
 

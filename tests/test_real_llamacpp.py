@@ -94,6 +94,10 @@ def test_study_sweeps_draft_length_on_real_llama_server(real_engines, tmp_path: 
         assert row["output_tokens_per_s"] > 0 and row["errors"] == 0
         k = trial.params["num_speculative_tokens"]
         argv = trial.user_attrs["argv"]
+        # the start's prefill speed is kept, and a start is compared on it with off's only where its
+        # first token costs what off's does: an n-gram lookup's, not a draft model's (which prefills too)
+        assert row["prefill_tokens_per_s"] > 0
+        assert trial.user_attrs["first_token_as_off"] == (k == 0 or fixed["method"] == "ngram")
         if k:
             # the server ran with the draft length the trial asked for, and drafted
             flag = "--spec-draft-n-max" if fixed["method"] == "draft_model" else "--spec-ngram-simple-size-m"

@@ -16,6 +16,8 @@ from specsweep.analysis.drafters import Candidate, Drafter
 from specsweep.analysis.noise import noise_of
 from specsweep.analysis.rates import predict_throughput, sample_rates
 from specsweep.analysis.recommendation import recommend_draft_length
+from specsweep.analysis.start_effect import SharedStart
+from specsweep.analysis.step_design import padded
 from specsweep.analysis.step_fit import fit_step_model, shared_start_sd
 from specsweep.analysis.step_model import (
     START_PRIOR,
@@ -23,7 +25,6 @@ from specsweep.analysis.step_model import (
     TAU_PRIOR_WIDTHS_UNKNOWN,
     Cell,
     StepObservation,
-    padded,
     step_priors,
 )
 from specsweep.analysis.throughput import ThroughputObservation, fit_throughput_model
@@ -215,9 +216,9 @@ def test_workloads_a_start_measured_give_its_spread_whether_they_share_it_or_not
     found = [shared_start_sd(two_workloads(seed, shared_sd, own_sd)) for seed in range(8)]
     assert all(f is not None for f in found)
     truth = math.hypot(shared_sd, own_sd)
-    assert 0.6 * truth <= np.median([f[0] for f in found if f is not None]) <= 1.5 * truth
+    assert 0.6 * truth <= np.median([f.sd for f in found if f is not None]) <= 1.5 * truth
     # a fit that holds it: sigma_start as given, its degrees of freedom as given
-    held = fit_step_model(two_workloads(0, shared_sd, own_sd)[0], shared_start=(truth, 7.0))
+    held = fit_step_model(two_workloads(0, shared_sd, own_sd)[0], shared_start=SharedStart(truth, 7.0))
     assert held.start_sd == pytest.approx(truth) and held.spread_df == 7.0
 
 

@@ -272,6 +272,11 @@ class LevelFigures:
     # (None: its fields do not count its steps); what a level's error paired on the prompts it shares
     # with other levels is estimated from (measurement/paired.py; None: studies from before it was kept)
     by_request: tuple[tuple[str, float, float | None], ...] | None = None
+    # the mean prefill speed of the level's answered requests: prompt tokens per second of time to
+    # first token (None: studies from before it was kept). At one stream nothing queues before a
+    # prefill, so it is how fast the start ran a step the configuration does not change
+    # (analysis/step_model.py reads it as the start's luck)
+    prefill_tokens_per_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -285,6 +290,10 @@ class MeasuredConfig:
     results: dict[str, dict[int, LevelFigures]]  # workload -> concurrency -> figures
     boot: BootFacts
     startup_s: float | None
+    # its server's first token costs what speculation off's does: it prefills the target alone and
+    # drafts nothing before it (speculation off, a drafter that looks its drafts up); None: not
+    # known (studies from before it was kept)
+    first_token_as_off: bool | None = None
 
     @property
     def key(self) -> str:

@@ -19,18 +19,23 @@ from scipy import optimize
 from scipy.linalg import block_diag
 
 from specsweep.analysis.fits import inverse_hessian
-from specsweep.analysis.step_model import (
+from specsweep.analysis.start_effect import PREFILL_PRIOR_SD, SharedStart, prefill_lags, prefill_prior
+from specsweep.analysis.step_design import (
     GAMMA_PRIOR_SD,
+    Design,
+    bounded_lstsq,
+    design_of,
+    independent_columns,
+    mu,
+    padded,
+)
+from specsweep.analysis.step_model import (
     MIN_LEVEL_SE,
     RIDGE_SD,
     Cell,
     CellKey,
-    Design,
     StepObservation,
     StepPosterior,
-    design_of,
-    mu,
-    padded,
     step_priors,
 )
 from specsweep.errors import FitError
@@ -42,7 +47,7 @@ def fit_step_model(
     *,
     noise_prior: NoisePriors | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
-    shared_start: tuple[float, float] | None = None,
+    shared_start: SharedStart | None = None,
 ) -> StepPosterior:
     """The step model over every observation. FitError when nothing is usable. ``shared_start``:
     sigma_start and the degrees of freedom it is known on, from ``shared_start_sd`` over every
@@ -55,7 +60,7 @@ def fit_step_model(
     z_start = _indicators([o.start for o in usable])
 
     def fitted(knee: float | None, log_sd: np.ndarray | None = None) -> _Fit:
-        design = group.design(captured_widths, knee)
+        design = group.design(captured_widths, knee, prefill_prior=prefill_prior(shared_start))
         return _fit_components(group.y, se, [z_start], [group.z_cell], design, prior, tau, knee, log_sd, shared_start)
 
     def score(fit: _Fit) -> float:  # two more parameters with a knee, its place and slope (AIC)
@@ -104,6 +109,7 @@ def fit_step_model(
         accepted_per_draft={key: float(np.mean([o.accepted_per_draft for o in v])) for key, v in by_cell.items()},
         df=max(len(usable) - fit.theta.size - fit.gamma.size, 0),
         spread_df=fit.spread_df,
+        prefill=group.lags,
     )
 
 
@@ -112,20 +118,27 @@ def shared_start_sd(
     *,
     noise_prior: NoisePriors | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
-) -> tuple[float, float] | None:
-    """sigma_start, and the degrees of freedom it is known on, from every workload at once: the
-    same model, each workload with its own costs and its own tau (no knee), and a start's effect
-    in two parts: one shared by every workload the start measured, and one of each workload in
-    it (a start that ran prose slow and technical fast). One workload alone cannot tell a start's
-    effect from a configuration's own deviation when each configuration had one start; across
-    workloads, the part they share is the start's. sigma_start is both parts together, what one
-    workload's fit reads. None: fewer than two workloads with a usable level."""
+) -> SharedStart | None:
+    """sigma_start, the degrees of freedom it is known on, and the prefill slope beta, from every
+    workload at once: the same model, each workload with its own costs and its own tau (no knee),
+    a start's effect in two parts: one shared by every workload the start measured, and one of
+    each workload in it (a start that ran prose slow and technical fast), and one beta, since the
+    machine's pace a prefill shows is the start's, not a workload's. One workload alone cannot tell
+    a start's effect from a configuration's own deviation when each configuration had one start;
+    across workloads, the part they share is the start's. sigma_start is both parts together, what
+    one workload's fit reads. None: fewer than two workloads with a usable level."""
     prior, tau = step_priors(noise_prior, captured_widths)
     groups = [g for g in (_Group.of(w, prior) for w in workloads) if g is not None]
     if len(groups) < 2:
         return None
-    designs = [g.design(captured_widths, None) for g in groups]
-    design = Design(block_diag(*[d.features for d in designs]), block_diag(*[d.sampled for d in designs]))
+    designs = [g.design(captured_widths, None, lags=False) for g in groups]
+    sampled = block_diag(*[d.sampled for d in designs])
+    prior_sd = np.full(sampled.shape[1], GAMMA_PRIOR_SD)
+    reads_prefill = any(g.lags is not None for g in groups)
+    if reads_prefill:
+        lags = np.concatenate([g.lags if g.lags is not None else np.zeros(g.y.size) for g in groups])
+        sampled, prior_sd = np.column_stack([sampled, lags]), np.append(prior_sd, PREFILL_PRIOR_SD)
+    design = Design(block_diag(*[d.features for d in designs]), sampled, prior_sd)
     z_cells = block_diag(*[g.z_cell for g in groups])
     edges = np.cumsum([0, *(g.z_cell.shape[1] for g in groups)])
     z_start = _indicators([o.start for g in groups for o in g.observations])
@@ -133,7 +146,10 @@ def shared_start_sd(
     y, se = np.concatenate([g.y for g in groups]), np.concatenate([g.se for g in groups])
     blocks = [z_cells[:, a:b] for a, b in itertools.pairwise(edges)]
     fit = _fit_components(y, se, [z_start, z_own], blocks, design, prior, tau, None)
-    return fit.start_sd, fit.spread_df
+    if not reads_prefill:
+        return SharedStart(fit.start_sd, fit.spread_df)
+    slope_sd = math.sqrt(max(float(fit.covariance[-1, -1]), 0.0))
+    return SharedStart(fit.start_sd, fit.spread_df, float(fit.gamma[-1]), slope_sd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +163,7 @@ class _Group:
     se: np.ndarray  # each level's own relative error
     cells: tuple[Cell, ...]
     z_cell: np.ndarray
+    lags: np.ndarray | None  # each level's start's prefill lag (step_model.prefill_lags; None: not read)
 
     @classmethod
     def of(cls, observations: Sequence[StepObservation], prior: RunNoisePrior) -> _Group | None:
@@ -166,13 +183,18 @@ class _Group:
         # kept, a rig's derived level), the engine's usual noise
         se = np.array([max(o.relative_se if o.relative_se else prior.relative_sd, MIN_LEVEL_SE) for o in usable])
         z_cell = _indicators([o.cell.key for o in usable], [c.key for c in cells])
-        return cls(usable, methods, sampled, np.log([o.step_time_s for o in usable]), se, cells, z_cell)
+        y = np.log([o.step_time_s for o in usable])
+        return cls(usable, methods, sampled, y, se, cells, z_cell, prefill_lags(usable))
 
-    def design(self, widths: CapturedWidths, knee: float | None) -> Design:
+    def design(
+        self, widths: CapturedWidths, knee: float | None, *, lags: bool = True,
+        prefill_prior: tuple[float, float] = (0.0, PREFILL_PRIOR_SD),
+    ) -> Design:  # fmt: skip
+        """With ``lags``, its starts' prefill lags where read, beta a priori ``prefill_prior`` (mean, sd)."""
         reads_context = any(o.context_tokens for o in self.observations)
         return design_of(
             [o.cell for o in self.observations], [o.drafted_share for o in self.observations], self.methods,
-            self.sampled, widths, knee, reads_context,
+            self.sampled, widths, knee, reads_context, self.lags if lags else None, prefill_prior,
         )  # fmt: skip
 
 
@@ -218,7 +240,7 @@ def _fit_components(
     tau_prior: RunNoisePrior,
     knee: float | None,
     log_sd: np.ndarray | None = None,
-    shared_start: tuple[float, float] | None = None,
+    shared_start: SharedStart | None = None,
 ) -> _Fit:
     """Variance components by their restricted marginal likelihood times their priors; the mean by
     generalised least squares given them. ``z_starts``: the start effect's parts (sigma_start is
@@ -228,8 +250,8 @@ def _fit_components(
     cells carry it, and an unmeasured one's deviation carries what it misses. ``shared_start``
     holds sigma_start (and its degrees of freedom) where every workload estimated it."""
     full = design
-    kept = _independent_columns(full.features)
-    design = Design(full.features[:, kept], full.sampled)
+    kept = independent_columns(full.features)
+    design = dataclasses.replace(full, features=full.features[:, kept])
     scale = np.maximum(design.features.max(axis=0), 1e-12)
     p = design.features.shape[1]
     outers = [z @ z.T for z in (*z_starts, *z_cells)]
@@ -263,7 +285,7 @@ def _fit_components(
 
     optimised = log_sd is None
     if log_sd is None and shared_start is not None:  # one start part, one tau, sigma_start held
-        held = math.log(max(shared_start[0], 1e-4))
+        held = math.log(max(shared_start.sd, 1e-4))
         found = optimize.minimize_scalar(
             lambda t: criterion(np.array([held, t])), bounds=(math.log(1e-4), 0.0), method="bounded",
             options={"xatol": 0.02},
@@ -280,7 +302,7 @@ def _fit_components(
     if not optimised:
         spread_df = math.inf
     elif shared_start is not None:
-        spread_df = shared_start[1]
+        spread_df = shared_start.df
     else:
         spread_df = _spread_df(criterion, log_sd, n_start, prior.df)
     theta, gamma = params[:p] / scale, params[p:]
@@ -330,40 +352,30 @@ def _spread_df(criterion: Callable[[np.ndarray], float], at: np.ndarray, n_start
     return float(min(max(1.0 / (2.0 * var), prior_df), 200.0))
 
 
-def _independent_columns(features: np.ndarray) -> np.ndarray:
-    """The columns, in order, that are not a combination of those before them."""
-    scaled = features / np.maximum(np.abs(features).max(axis=0), 1e-12)
-    kept: list[int] = []
-    for j in range(scaled.shape[1]):
-        trial = scaled[:, [*kept, j]]
-        if np.linalg.matrix_rank(trial, tol=1e-8 * max(1.0, float(np.abs(trial).max()))) > len(kept):
-            kept.append(j)
-    return np.array(kept, dtype=int)
-
-
 def _gls(
     y: np.ndarray, v: np.ndarray, design: Design, scale: np.ndarray, start: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """theta >= 0 and gamma by Gauss-Newton on log mu against y under covariance v, with theta's
-    ridge (each part a priori within ``RIDGE_SD`` whole steps) and gamma's normal prior; returns
+    ridge (each part a priori within ``RIDGE_SD`` whole steps) and gamma's normal priors; returns
     them and the information matrix (the Hessian of the criterion) in the features' own units."""
     x, g = design.features / scale, design.sampled
     p, q = x.shape[1], g.shape[1]
     chol = np.linalg.cholesky(np.linalg.inv(v))
+    prior_sd = design.prior_sd if design.prior_sd is not None else np.full(q, GAMMA_PRIOR_SD)
+    prior_mean = design.prior_mean if design.prior_mean is not None else np.zeros(q)
     mean_t = math.exp(float(np.mean(y)))
     if start is None:
         start = np.concatenate([[mean_t], np.zeros(p - 1 + q)])
     params = start.copy()
     prior_rows = np.vstack([
         np.column_stack([np.eye(p) / (RIDGE_SD * mean_t), np.zeros((p, q))]),
-        np.column_stack([np.zeros((q, p)), np.eye(q) / GAMMA_PRIOR_SD]),
+        np.column_stack([np.zeros((q, p)), np.diag(1.0 / prior_sd)]),
     ])  # fmt: skip
     for _ in range(20):
         jac = _jacobian(x, g, params, p)
         target = y - np.log(np.maximum(mu(Design(x, g), params[:p], params[p:]), 1e-12)) + jac @ params
-        new = _bounded_lstsq(
-            np.vstack([chol.T @ jac, prior_rows]), np.concatenate([chol.T @ target, np.zeros(p + q)]), p
-        )
+        rhs = np.concatenate([chol.T @ target, np.zeros(p), prior_mean / prior_sd])
+        new = bounded_lstsq(np.vstack([chol.T @ jac, prior_rows]), rhs, p)
         done = np.max(np.abs(new - params)) < 1e-7 * (1 + np.max(np.abs(new)))
         params = new
         if done:
@@ -378,15 +390,6 @@ def _jacobian(x: np.ndarray, g: np.ndarray, params: np.ndarray, p: int) -> np.nd
     """d log mu / d (theta, gamma)."""
     mu = np.maximum(x @ params[:p], 1e-12)
     return np.column_stack([x / mu[:, None], g])
-
-
-def _bounded_lstsq(a: np.ndarray, b: np.ndarray, nonneg: int) -> np.ndarray:
-    """Least squares with the first ``nonneg`` coefficients at or above zero. Bounded-variable
-    least squares (an active-set method, exact in a few steps for these few coefficients): on the
-    README study's problems it returns the trust-region default's solution about nine times faster
-    (bench/step_fit_solver.py)."""
-    lower = np.concatenate([np.zeros(nonneg), np.full(a.shape[1] - nonneg, -np.inf)])
-    return np.asarray(optimize.lsq_linear(a, b, bounds=(lower, np.full(a.shape[1], np.inf)), method="bvls").x)
 
 
 def _log_scaled_inv_chi2(sd: float, prior: RunNoisePrior) -> float:

@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specsweep.analysis.drafters import Drafter
+from specsweep.analysis.start_effect import StartPrefill
+from specsweep.analysis.step_design import Design, design_of, mu
 from specsweep.types import CapturedWidths, NoisePriors, RunNoisePrior
 
 TAU_PRIOR = RunNoisePrior(
@@ -63,7 +65,6 @@ TAU_PRIOR_WIDTHS_UNKNOWN = RunNoisePrior(
     relative_sd=0.02, df=2, source="a 12% pad at the far draft length misses a line by up to 2% at the short ones"
 )
 START_PRIOR = RunNoisePrior(relative_sd=0.05, df=2, source="no engine named: a start-to-start spread of 5%")
-GAMMA_PRIOR_SD = 0.10  # probabilistic over greedy step time: 1.00 to 1.09 on the rigs modelled so far
 RIDGE_SD = 100.0  # a ridge only for numerical stability: each part a priori within a hundred whole steps
 MIN_LEVEL_SE = 0.002  # a level's own error is never taken as smaller than this
 REJECTION_ROUNDS = 32  # rounds of draws of the parts held to theta >= 0 before the rest are clipped
@@ -92,6 +93,7 @@ class StepObservation:
     drafted_share: float = 1.0  # share of steps that drafted (a lookup drafter's counters say it)
     context_tokens: int = 0  # the context level its sequences attend over (0: the workload's own prompt)
     tokens_per_step: float = 1.0  # E over every step, drafting or not (1: not known, or speculation off)
+    start_prefill: StartPrefill | None = None  # how fast its start prefilled (None: not measured)
 
     @property
     def accepted_per_draft(self) -> float:
@@ -156,6 +158,8 @@ class StepPosterior:
     accepted_per_draft: dict[CellKey, float]  # tokens a drafting step accepted, (E - 1) / q, per measured cell
     df: int  # observations beyond the parameters of the mean
     spread_df: float = math.inf  # what sigma_start is known with: draws are Student-t on these degrees of freedom
+    # each observation's prefill lag (``prefill_lags``), read by the last factor of gamma (None: not read)
+    prefill: np.ndarray | None = None
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StepPosterior):
@@ -178,6 +182,16 @@ class StepPosterior:
         little beside the levels' own error, the draws are all but normal."""
         share = self.start_sd**2 / max(self.run_sd**2, 1e-300)
         return math.inf if math.isinf(self.spread_df) or share <= 0 else min(self.spread_df / share**2, 1e6)
+
+    @property
+    def sampling_factors(self) -> np.ndarray:
+        """gamma_m: each sampled method's log factor of a probabilistic step over a greedy one."""
+        return self.gamma[: len(self.sampled_methods)]
+
+    @property
+    def prefill_slope(self) -> float | None:
+        """beta: a start's log step time per log of its prefill lag (None: not read)."""
+        return None if self.prefill is None else float(self.gamma[-1])
 
     @property
     def reads_context(self) -> bool:
@@ -211,7 +225,9 @@ class StepPosterior:
         p = self.theta.size
         theta = sampled[:, :p] / self.scale
         gamma = sampled[:, p:]
-        design_obs = self._design([o.cell for o in self.observations], [o.drafted_share for o in self.observations])
+        design_obs = self._design(
+            [o.cell for o in self.observations], [o.drafted_share for o in self.observations], self.prefill
+        )
         # each draw's residuals give each measured cell's deviation (its mean), plus its own spread
         mu_obs = np.log(np.maximum(mu(design_obs, theta, gamma), 1e-12))
         dev = np.zeros((draws, len(self.cells)))
@@ -271,12 +287,21 @@ class StepPosterior:
     def _cell_index(self, cell: Cell) -> int | None:
         return next((i for i, c in enumerate(self.cells) if c.key == cell.key), None)
 
-    def _design(self, cells: Sequence[Cell], shares: Sequence[float] | None = None) -> Design:
+    def _design(
+        self,
+        cells: Sequence[Cell],
+        shares: Sequence[float] | None = None,
+        lags: Sequence[float] | np.ndarray | None = None,
+    ) -> Design:
+        """The design of ``cells`` (``lags``: their starts' prefill lags; none given, a typical start's, 0)."""
         if shares is None:
             shares = [self.share(c) for c in cells]
+        if self.prefill is not None and lags is None:
+            lags = [0.0] * len(cells)
         return design_of(
-            cells, shares, self.methods, self.sampled_methods, self.captured_widths, self.knee, self.reads_context
-        )
+            cells, shares, self.methods, self.sampled_methods, self.captured_widths, self.knee, self.reads_context,
+            lags,
+        )  # fmt: skip
 
     def share(self, cell: Cell, accepted: float | None = None) -> float:
         """The share q of a cell's steps that draft in a typical text, measured there or not.
@@ -313,63 +338,6 @@ class StepPosterior:
         if accepted is None:
             accepted = lengths[min(range(len(group)), key=lambda i: abs(group[i][1] - k))]
         return (1.0 - steps) / (1.0 + steps * max(accepted, 0.0))
-
-
-@dataclass(frozen=True, slots=True)
-class Design:
-    features: np.ndarray  # (n, p): what each step processes, per unit cost
-    sampled: np.ndarray  # (n, g): 1 where the step drafts probabilistically with that method
-
-
-def mu(design: Design, theta: np.ndarray, gamma: np.ndarray) -> np.ndarray:
-    """The step time each row of the design takes at costs ``theta`` and factors ``gamma``; given
-    a row of them per draw, shape (draws, steps)."""
-    out: np.ndarray = (theta @ design.features.T) * np.exp(gamma @ design.sampled.T)
-    return out
-
-
-def padded(tokens: int, widths: Sequence[int]) -> int:
-    """The width a step of ``tokens`` verified tokens runs at: the smallest captured width that holds them."""
-    return next((w for w in sorted(widths) if w >= tokens), tokens)
-
-
-def design_of(
-    cells: Sequence[Cell],
-    shares: Sequence[float],
-    methods: Sequence[str],
-    sampled_methods: Sequence[str],
-    widths: CapturedWidths,
-    knee: float | None,
-    reads_context: bool = False,
-) -> Design:
-    """Per step: 1 (the weights read), B (each sequence's own work), the tokens verified beyond one
-    per sequence with the padding to a captured width (B k times the share of steps that drafted),
-    the hinge above the knee, and per method the draft positions run and whether the step drafts,
-    each times that share (only drafting steps pay them);
-    with ``reads_context``, the context tokens read (B C), and per method those a drafter that
-    scans the context reads again (B C where the step drafts, B C k once per draft position)."""
-    rows, flags = [], []
-    for cell, share in zip(cells, shares, strict=True):
-        b, k = cell.concurrency, cell.num_speculative_tokens
-        width = float(padded(math.ceil(b * (1 + k * share) - 1e-9), widths.at(k)))
-        row = [1.0, float(b), width - b, *([max(width - knee, 0.0)] if knee is not None else [])]
-        for m in methods:
-            on = cell.drafter is not None and cell.drafter.method == m and k > 0
-            row += [k * share, share] if on else [0.0, 0.0]
-        if reads_context:
-            read = float(b * cell.context_tokens)
-            row.append(read)
-            for m in methods:
-                on = cell.drafter is not None and cell.drafter.method == m and k > 0
-                row += [read, read * k] if on else [0.0, 0.0]
-        rows.append(row)
-        flags.append(
-            [1.0 if cell.drafter is not None and k > 0 and cell.drafter.method == m
-             and cell.drafter.draft_sample_method != "greedy" else 0.0 for m in sampled_methods]
-        )  # fmt: skip
-    return Design(
-        np.array(rows, dtype=float).reshape(len(cells), -1), np.array(flags, dtype=float).reshape(len(cells), -1)
-    )
 
 
 def _sqrt_psd(matrix: np.ndarray) -> np.ndarray:

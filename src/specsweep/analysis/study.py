@@ -32,6 +32,7 @@ from specsweep.analysis.positions import lend_positions
 from specsweep.analysis.rates import RatePrediction, RateSample, predict_throughput, sample_rates
 from specsweep.analysis.recommendation import Recommendation, recommend_from_sample
 from specsweep.analysis.snippet_plan import SnippetPlan, plan_snippet
+from specsweep.analysis.start_effect import SharedStart
 from specsweep.analysis.throughput import ThroughputModel, family_observations, fit_throughput_model, study_start_sd
 from specsweep.config import DRAFT_SAMPLE_METHODS
 from specsweep.errors import FitError
@@ -81,7 +82,7 @@ def model_workload(
     seed: int = 0,
     noise_prior: NoisePriors | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
-    shared_start: tuple[float, float] | None = None,
+    shared_start: SharedStart | None = None,
 ) -> WorkloadModel:
     """The acceptance fits and the step model of one workload, from the feasible configurations;
     the start effect is drawn toward the engine's ``noise_prior`` (analysis/noise.py), and steps

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from specsweep.analysis.drafters import OFF, Candidate, Drafter, candidate_of
+from specsweep.analysis.start_effect import SharedStart, StartPrefill
 from specsweep.analysis.step_fit import fit_step_model, shared_start_sd
 from specsweep.analysis.step_model import Cell, StepObservation, StepPosterior
 from specsweep.errors import FitError
@@ -46,6 +47,7 @@ class ThroughputObservation:
     relative_se: float | None = None  # the level's own error from its requests' spread
     drafted_share: float = 1.0  # share of decode steps that drafted (a lookup drafter's counters say it)
     context_tokens: int = 0  # the workload's context level (0: as it is)
+    start_prefill: StartPrefill | None = None  # how fast its start prefilled (None: not measured)
 
     @property
     def step_time_s(self) -> float:
@@ -61,10 +63,11 @@ class ThroughputObservation:
 def study_observations(configs: Sequence[MeasuredConfig], workload: str) -> list[ThroughputObservation]:
     """Every measured level of one workload as a throughput observation (a per-batch-size table
     gives each level the k it ran). The search and the report both build their model from these."""
-    context = parse_context_variant(workload)[1] or 0
+    base, context = parse_context_variant(workload)[0], parse_context_variant(workload)[1] or 0
     paired = _paired_errors(configs, workload)
     out = []
     for config in configs:
+        prefill = start_prefill(config, base)
         for concurrency, row in config.results.get(workload, {}).items():
             rate = row.output_tokens_per_s
             if not rate or rate <= 0:
@@ -91,9 +94,21 @@ def study_observations(configs: Sequence[MeasuredConfig], workload: str) -> list
                     relative_se=paired.get((config.trial, concurrency), row.relative_se),
                     drafted_share=share,
                     context_tokens=context,
+                    start_prefill=prefill,
                 )
             )
     return out
+
+
+def start_prefill(config: MeasuredConfig, workload: str) -> StartPrefill | None:
+    """How fast a start prefilled ``workload`` (as it is, no context level) at one stream, where
+    nothing queues before a prefill, and the starts its first token is compared with: every start
+    whose first token costs what speculation off's does, or else its configuration's own."""
+    row = config.results.get(workload, {}).get(1)
+    speed = row.prefill_tokens_per_s if row is not None else None
+    if not speed or speed <= 0 or not math.isfinite(speed):
+        return None
+    return StartPrefill(tokens_per_s=float(speed), alike="" if config.first_token_as_off else config.key)
 
 
 def _paired_errors(configs: Sequence[MeasuredConfig], workload: str) -> dict[tuple[int, int], float]:
@@ -200,8 +215,10 @@ class ThroughputModel:
             "basis": self.basis,
             "parts_s": dict(zip(part_names(posterior), (float(t) for t in posterior.theta), strict=True)),
             "probabilistic_factor": {
-                m: math.exp(float(g)) for m, g in zip(posterior.sampled_methods, posterior.gamma, strict=True)
+                m: math.exp(float(g))
+                for m, g in zip(posterior.sampled_methods, posterior.sampling_factors, strict=True)
             },
+            "prefill_slope": posterior.prefill_slope,
             "knee_tokens": posterior.knee,
             "captured_widths": posterior.captured_widths.to_stored(),
             "start_sd": posterior.start_sd,
@@ -218,7 +235,7 @@ def fit_throughput_model(
     noise_prior: NoisePriors | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
     context_tokens: int = 0,
-    shared_start: tuple[float, float] | None = None,
+    shared_start: SharedStart | None = None,
 ) -> ThroughputModel:
     """The one step model from measured rates, read at ``context_tokens`` (the model's own levels
     are those measured there). FitError when nothing is usable."""
@@ -254,6 +271,7 @@ def step_observations(observations: Sequence[ThroughputObservation]) -> list[Ste
             drafted_share=o.drafted_share,
             context_tokens=o.context_tokens,
             tokens_per_step=o.tokens_per_step,
+            start_prefill=o.start_prefill,
         )
         for o in observations
     ]
@@ -265,7 +283,7 @@ def study_start_sd(
     *,
     noise_prior: NoisePriors | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
-) -> tuple[float, float] | None:
+) -> SharedStart | None:
     """sigma_start (and the degrees of freedom it is known on) once for a study, over every workload
     its starts measured (analysis/step_fit.py ``shared_start_sd``): what each workload's step model
     then holds. None: one workload, or a fit that failed (each workload then estimates its own)."""
@@ -278,7 +296,7 @@ def study_start_sd(
 @functools.lru_cache(maxsize=16)
 def _shared_start(
     groups: tuple[tuple[StepObservation, ...], ...], noise_prior: NoisePriors | None, captured_widths: CapturedWidths
-) -> tuple[float, float] | None:
+) -> SharedStart | None:
     """The study-wide start spread of these levels, fitted once: the search's decision, the live
     stopping rule's noise of each workload and the report read the same fit."""
     try:
@@ -292,7 +310,7 @@ def _fitted(
     steps: tuple[StepObservation, ...],
     noise_prior: NoisePriors | None,
     captured_widths: CapturedWidths,
-    shared_start: tuple[float, float] | None = None,
+    shared_start: SharedStart | None = None,
 ) -> StepPosterior:
     """The step model of these levels, fitted once: every context level of a workload reads the
     same fit (the fit is deterministic and its posterior immutable)."""
@@ -322,8 +340,10 @@ def _widths_words(widths: CapturedWidths) -> str:
 def describe(posterior: StepPosterior) -> str:
     """What the step model found, in one sentence."""
     parts = [f"{1000 * t:.3f} ms a {name}" for name, t in zip(part_names(posterior), posterior.theta, strict=True)]
-    for method, gamma in zip(posterior.sampled_methods, posterior.gamma, strict=True):
+    for method, gamma in zip(posterior.sampled_methods, posterior.sampling_factors, strict=True):
         parts.append(f"{method} probabilistic steps x{math.exp(gamma):.3f}")
+    if posterior.prefill_slope is not None:
+        parts.append(f"a start's step time x{posterior.prefill_slope:.2f} its prefill time's deviation (logs)")
     widths = (
         f"; padded to captured widths {_widths_words(posterior.captured_widths)}" if posterior.captured_widths else ""
     )

@@ -77,6 +77,7 @@ def level_figures(
             drafted_share=level_drafted_share(level.records, s),
             prompt_tokens_mean=_prompt_tokens_mean(level.records),
             by_request=request_rows(level.records) or None,
+            prefill_tokens_per_s=s.prefill_tokens_per_s.mean if s.prefill_tokens_per_s else None,
         )
     return out
 
@@ -129,6 +130,7 @@ def _level_from_stored(concurrency: int, row: dict[str, Any]) -> LevelFigures:
         by_subcategory=row.get("by_subcategory"),
         drafted_share=row.get("drafted_share"),
         prompt_tokens_mean=row.get("prompt_tokens_mean"),
+        prefill_tokens_per_s=row.get("prefill_tokens_per_s"),
         by_request=_requests_from_stored(row.get("by_request")),
     )
 
@@ -185,6 +187,7 @@ class TrialRecord:
     constraints: tuple[float, ...] = ()
     boot: BootFacts = field(default_factory=BootFacts)
     startup_s: float | None = None
+    first_token_as_off: bool | None = None  # types.MeasuredConfig's
     server: ServerIdentity | None = None  # what the server said it is
     argv: tuple[str, ...] | None = None  # the command line it was started with
     record_file: str | None = None  # the full measurement, relative to the study folder
@@ -227,6 +230,7 @@ class TrialRecord:
             results=self.results,
             boot=self.boot,
             startup_s=self.startup_s,
+            first_token_as_off=self.first_token_as_off,
         )
 
 
@@ -246,6 +250,7 @@ def read_trial(trial: optuna.trial.FrozenTrial) -> TrialRecord:
         constraints=tuple(float(c) for c in attrs.get("constraints", ())),
         boot=_boot_from_stored(attrs.get("boot")),
         startup_s=attrs.get("startup_s"),
+        first_token_as_off=attrs.get("first_token_as_off"),
         server=ServerIdentity.from_stored(attrs.get("server")),
         argv=None if argv is None else tuple(argv),
         record_file=attrs.get("record"),
@@ -293,9 +298,16 @@ def record_config(trial: optuna.Trial, configuration: Configuration) -> None:
 
 
 def record_boot(
-    trial: optuna.Trial, *, argv: tuple[str, ...], startup_s: float, boot: BootFacts, server: ServerIdentity
+    trial: optuna.Trial,
+    *,
+    argv: tuple[str, ...],
+    startup_s: float,
+    boot: BootFacts,
+    server: ServerIdentity,
+    first_token_as_off: bool,
 ) -> None:
     trial.set_user_attr("argv", list(argv))
+    trial.set_user_attr("first_token_as_off", first_token_as_off)
     trial.set_user_attr("startup_s", round(startup_s, 3))
     trial.set_user_attr("boot", boot_to_stored(boot))
     trial.set_user_attr("server", asdict(server))

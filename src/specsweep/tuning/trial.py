@@ -239,8 +239,9 @@ class TrialRunner:
                 ),
             )
             records.record_boot(
-                trial, argv=tuple(started.argv), startup_s=started.startup_s, boot=started.boot, server=identity
-            )
+                trial, argv=tuple(started.argv), startup_s=started.startup_s, boot=started.boot, server=identity,
+                first_token_as_off=spec is None or self.engine.looks_up(spec),
+            )  # fmt: skip
             self.emit(TrialReady(trial=number, startup_s=started.startup_s, boot=started.boot))
             for name, workload in self.workloads.items():
                 self.emit(MeasuringWorkload(trial=number, workload=name))
