@@ -342,13 +342,15 @@ def describe(posterior: StepPosterior) -> str:
     parts = [f"{1000 * t:.3f} ms a {name}" for name, t in zip(part_names(posterior), posterior.theta, strict=True)]
     for method, gamma in zip(posterior.sampled_methods, posterior.sampling_factors, strict=True):
         parts.append(f"{method} probabilistic steps x{math.exp(gamma):.3f}")
-    if posterior.prefill_slope is not None:
-        parts.append(f"a start's step time x{posterior.prefill_slope:.2f} its prefill time's deviation (logs)")
+    read = posterior.prefill_slope is not None
+    if read:
+        parts.append(f"a start's step slower by {posterior.prefill_slope:.2f}x its prefill lag (logs)")
     widths = (
         f"; padded to captured widths {_widths_words(posterior.captured_widths)}" if posterior.captured_widths else ""
     )
     return (
         f"one step model over {len(posterior.observations)} levels of {len({o.start for o in posterior.observations})} "
-        f"starts: {', '.join(parts)}{widths}; starts vary by {100 * posterior.start_sd:.1f}%, a configuration "
-        f"strays from the model by {100 * posterior.cell_sd:.1f}%"
+        f"starts: {', '.join(parts)}{widths}; starts vary by {100 * posterior.start_sd:.1f}%"
+        f"{' beyond their prefill lag' if read else ''}, a configuration strays from the model by "
+        f"{100 * posterior.cell_sd:.1f}%"
     )
