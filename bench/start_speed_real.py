@@ -13,8 +13,9 @@ second of time to first token, from the requests' own figures). Printed:
     correlation C (decode rate alone D); slope S; the rate's spread with the prefill's part taken out: A%
 
 A start that runs its prefill fast runs its decode fast too where the machine, not the
-configuration, sets the pace (a shared 2-core VM). The step model does not read it yet: its start
-effect is estimated from repeats and the engine's prior alone (docs/math.md).
+configuration, sets the pace (a shared 2-core VM). The step model reads it as a start's prefill
+lag (analysis/start_effect.py, docs/math.md); this bench measures the relation on its own, from the
+trials' records, with no model.
 """
 
 from __future__ import annotations
