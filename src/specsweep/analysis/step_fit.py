@@ -163,7 +163,7 @@ class _Group:
     se: np.ndarray  # each level's own relative error
     cells: tuple[Cell, ...]
     z_cell: np.ndarray
-    lags: np.ndarray | None  # each level's start's prefill lag (step_model.prefill_lags; None: not read)
+    lags: np.ndarray | None  # each level's start's prefill lag (start_effect.prefill_lags; None: not read)
 
     @classmethod
     def of(cls, observations: Sequence[StepObservation], prior: RunNoisePrior) -> _Group | None:

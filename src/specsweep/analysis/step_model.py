@@ -3,7 +3,7 @@
 A measured level gives the effective time of one step, t = B E / R (B streams, E tokens per step,
 aggregate rate R). Its logarithm is
 
-    log t = log mu(x; theta, gamma) + u_start + delta_cell + eps
+    log t = log mu(x; theta, gamma) + beta lag_start + u_start + delta_cell + eps
 
 - ``mu`` is what the step processes, each part at a non-negative cost (theta >= 0):
   ``mu = exp(gamma_m [probabilistic]) * (theta_0 + theta_seq B + theta_ver (W - B) + theta_knee (W - h)+
@@ -21,8 +21,11 @@ aggregate rate R). Its logarithm is
   reads it again, once per step or once per draft position. The context parts are in the model
   only where a study measured a context level; one start's levels at every context share its
   start effect, so a context adds levels to one fit, not a fit of its own.
+- ``lag_start``: how much slower the level's start prefilled than the typical start alike
+  (analysis/start_effect.py; absent where no two starts alike were measured), at a slope beta
+  fitted once per study: the part of a start's luck its first tokens show.
 - ``u_start ~ N(0, sigma_start^2)``: every level of one server start moves together (the run-to-run
-  noise).
+  noise beyond what its prefill lag shows).
 - ``delta_cell ~ N(0, tau^2)``: what the physics misses at one (concurrency, drafter, k), shared by
   every start of it. Its size tau is estimated from the data; a measured cell leans on its own
   measurements as far as they outweigh tau, an unmeasured one carries tau whole.
@@ -32,7 +35,8 @@ aggregate rate R). Its logarithm is
 Priors (docs/math.md; each figure beside its constant below): sigma_start and tau
 scaled-inverse-chi-square at the engine's figures (``types.NoisePriors``, read by
 ``step_priors``; the emulator's tau is ``TAU_PRIOR``; at least ``TAU_PRIOR_WIDTHS_UNKNOWN``),
-gamma_m normal at 0, theta a weak ridge that only pins directions the data leave free. Variance
+gamma_m normal at 0, beta normal at 0 (``start_effect.PREFILL_PRIOR_SD``; in one workload's fit of
+a study, the study's estimate), theta a weak ridge that only pins directions the data leave free. Variance
 components maximise the restricted marginal likelihood times their priors; theta and gamma are
 then the generalised least squares fit given them, with their covariance from its Hessian (a
 Laplace approximation). Draws (``StepPosterior.draws``) are Student-t, since a few starts
