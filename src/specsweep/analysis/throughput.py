@@ -284,9 +284,10 @@ def study_start_sd(
     noise_prior: NoisePriors | None = None,
     captured_widths: CapturedWidths = CapturedWidths(),
 ) -> SharedStart | None:
-    """sigma_start (and the degrees of freedom it is known on) once for a study, over every workload
-    its starts measured (analysis/step_fit.py ``shared_start_sd``): what each workload's step model
-    then holds. None: one workload, or a fit that failed (each workload then estimates its own)."""
+    """sigma_start (and the degrees of freedom it is known on) and the prefill slope once for a study,
+    over every workload its starts measured (analysis/step_fit.py ``shared_start_sd``): what each
+    workload's step model then holds. None: one workload, or a fit that failed (each workload then
+    estimates its own)."""
     bases = sorted({parse_context_variant(w)[0] for w in workloads})
     feasible = [c for c in configs if c.feasible]
     groups = tuple(tuple(step_observations(family_observations(feasible, base))) for base in bases)
